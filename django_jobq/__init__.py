@@ -1,0 +1,31 @@
+"""django-jobq: a PostgreSQL job queue for Django."""
+
+from .backoff import RetryPolicy, compute_backoff
+from .exceptions import (
+    ConfigurationError,
+    InvalidJob,
+    InvalidPayload,
+    JobqError,
+    JobTimeout,
+    PayloadTooLarge,
+    PermanentError,
+    UnknownTask,
+)
+from .tasks import Task, task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigurationError",
+    "InvalidJob",
+    "InvalidPayload",
+    "JobTimeout",
+    "JobqError",
+    "PayloadTooLarge",
+    "PermanentError",
+    "RetryPolicy",
+    "Task",
+    "UnknownTask",
+    "compute_backoff",
+    "task",
+]

@@ -1,0 +1,43 @@
+"""System checks with stable ids (jobq.E001...)."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.core.checks import CheckMessage, Error, register
+from django.db import connections
+
+from .conf import jobq_settings
+from .exceptions import ConfigurationError
+
+
+@register()
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        conf = jobq_settings()
+    except ConfigurationError as exc:
+        return [Error(str(exc), hint="See the configuration reference in README.md.", id="jobq.E001")]
+    errors: list[CheckMessage] = []
+    if conf.database not in connections:
+        errors.append(
+            Error(f'JOBQ["DATABASE"] names an unknown database alias {conf.database!r}', id="jobq.E002")
+        )
+    elif connections[conf.database].vendor != "postgresql":
+        errors.append(
+            Error(
+                f"django-jobq needs PostgreSQL; database {conf.database!r} uses "
+                f"{connections[conf.database].vendor}.",
+                hint="Point JOBQ['DATABASE'] at a django.db.backends.postgresql database.",
+                id="jobq.E003",
+            )
+        )
+    if conf.lease_seconds <= conf.heartbeat_seconds:
+        errors.append(
+            Error(
+                f'JOBQ["LEASE_SECONDS"] ({conf.lease_seconds}) must exceed JOBQ["HEARTBEAT_SECONDS"] '
+                f"({conf.heartbeat_seconds}), or live jobs lose their lease between heartbeats.",
+                hint="Use a lease of at least two or three heartbeat intervals.",
+                id="jobq.E004",
+            )
+        )
+    return errors

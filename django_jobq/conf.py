@@ -1,0 +1,88 @@
+"""The JOBQ setting, read once into a frozen dataclass (cleared when tests change settings)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .exceptions import ConfigurationError
+
+DAY = 24 * 3600
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class JobqSettings:
+    """Every knob of django-jobq; the JOBQ dict uses the same names in upper case."""
+
+    database: str = "default"  # database alias that holds jobq_job
+    clock: str = "database"  # "database": now() in SQL; "python": timezone.now() (tests with time-machine)
+    lease_seconds: float = 60  # how long a claimed job belongs to its worker without a heartbeat
+    heartbeat_seconds: float = 10  # how often a worker renews the leases of its running jobs
+    max_attempts: int = 5  # default attempts before a job goes DEAD
+    backoff_base: float = 5  # first retry ceiling in seconds; doubles per attempt
+    backoff_cap: float = 600  # retry delay ceiling in seconds
+    short_retry_seconds: float = 10  # retries due within this delay run again in the same slot
+    max_payload_bytes: int = 256 * 1024  # serialised payload limit
+    strict_tasks: bool = True  # refuse enqueue of task names that are not registered
+    notify: bool = True  # NOTIFY on enqueue so idle workers wake at once
+    notify_channel: str = "jobq"
+    poll_interval: float = 1.0  # safety-net polling when no notification arrives
+    job_timeout: float | None = None  # default per-job timeout in seconds (None: no limit)
+    permanent_exceptions: tuple[str, ...] = ()  # dotted paths of exceptions that go DEAD at once
+    done_retention_seconds: float = 7 * DAY  # DONE jobs older than this are pruned by the reaper
+    dead_retention_seconds: float = 30 * DAY  # DEAD jobs older than this are pruned by the reaper
+    prune_batch: int = 5000  # rows deleted per pruning statement
+    reap_interval: float = 5.0  # seconds between reaper passes
+
+    def __post_init__(self) -> None:
+        if self.clock not in ("database", "python"):
+            raise ConfigurationError(f'JOBQ["CLOCK"] must be "database" or "python", not {self.clock!r}')
+        positive = [
+            "lease_seconds",
+            "heartbeat_seconds",
+            "backoff_base",
+            "backoff_cap",
+            "poll_interval",
+            "max_payload_bytes",
+            "prune_batch",
+            "reap_interval",
+            "max_attempts",
+        ]
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise ConfigurationError(f'JOBQ["{name.upper()}"] must be a positive number, not {value!r}')
+        if self.short_retry_seconds < 0:
+            raise ConfigurationError('JOBQ["SHORT_RETRY_SECONDS"] must be >= 0')
+        if self.job_timeout is not None and self.job_timeout <= 0:
+            raise ConfigurationError('JOBQ["JOB_TIMEOUT"] must be positive or None')
+        if not self.notify_channel.isidentifier():
+            raise ConfigurationError('JOBQ["NOTIFY_CHANNEL"] must be a plain identifier')
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> JobqSettings:
+        known = {f.name.upper(): f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise ConfigurationError(f"Unknown JOBQ setting(s): {', '.join(unknown)}")
+        values = {known[key]: value for key, value in raw.items()}
+        if "permanent_exceptions" in values:
+            values["permanent_exceptions"] = tuple(values["permanent_exceptions"])
+        return cls(**values)
+
+
+@functools.cache
+def jobq_settings() -> JobqSettings:
+    """The project's JobqSettings; raises ConfigurationError when JOBQ is invalid."""
+    return JobqSettings.from_dict(getattr(settings, "JOBQ", {}))
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting == "JOBQ":
+        jobq_settings.cache_clear()

@@ -1,0 +1,35 @@
+"""Every error django-jobq raises on purpose derives from JobqError."""
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class JobqError(Exception):
+    """Root of django-jobq's exceptions."""
+
+
+class InvalidJob(JobqError, ValueError):
+    """An argument of enqueue (or a task option) is out of range; nothing was written."""
+
+
+class InvalidPayload(InvalidJob):
+    """The payload is not a JSON object, or does not serialise to strict JSON."""
+
+
+class PayloadTooLarge(InvalidPayload):
+    """The serialised payload exceeds JOBQ["MAX_PAYLOAD_BYTES"]."""
+
+
+class UnknownTask(InvalidJob):
+    """No task is registered under this name (and JOBQ["STRICT_TASKS"] is on)."""
+
+
+class PermanentError(JobqError):
+    """Raised by a task to send its job to DEAD at once, without further retries."""
+
+
+class JobTimeout(JobqError):
+    """A job ran past its timeout; it is failed like any transient error."""
+
+
+class ConfigurationError(JobqError, ImproperlyConfigured):
+    """The JOBQ setting or a command option is invalid."""

@@ -1,0 +1,74 @@
+"""The job table. Models are the only source of schema; SQL lives in django_jobq.sql."""
+
+from django.db import models
+from django.db.models.functions import Now
+
+from .managers import JobManager
+
+
+class JobStatus(models.IntegerChoices):
+    """A job's life: PENDING -> RUNNING -> DONE, or back to PENDING on retry, or DEAD when exhausted."""
+
+    PENDING = 0  # waiting for run_at and a free worker
+    RUNNING = 1  # owned by worker_id until lease_until; renewed by heartbeats
+    DONE = 2  # finished; result kept until pruned (JOBQ["DONE_RETENTION_SECONDS"])
+    DEAD = 3  # attempts exhausted or permanent error; kept for inspection/requeue until pruned
+
+
+class Job(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    task = models.TextField()
+    queue = models.TextField(default="default")
+    payload = models.JSONField(default=dict)
+    status = models.SmallIntegerField(choices=JobStatus.choices, default=JobStatus.PENDING)
+    priority = models.SmallIntegerField(default=100, help_text="Lower runs first.")
+    run_at = models.DateTimeField(db_default=Now())
+    attempts = models.IntegerField(default=0, help_text="Incremented by every claim.")
+    max_attempts = models.IntegerField(default=5)
+    worker_id = models.TextField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    dedupe_key = models.TextField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True, help_text="One entry per failed attempt.")
+    progress = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobManager()
+
+    class Meta:
+        db_table = "jobq_job"
+        ordering = ["-id"]
+        permissions = [("requeue_job", "Can requeue dead jobs")]
+        indexes = [
+            # claim: WHERE status=PENDING AND queue=… AND run_at<=now ORDER BY priority, run_at, id LIMIT n.
+            # Partial, so its size follows the backlog, never the finished history.
+            models.Index(
+                fields=["queue", "priority", "run_at", "id"],
+                condition=models.Q(status=JobStatus.PENDING),
+                name="jobq_job_claim",
+            ),
+            # reap: WHERE status=RUNNING AND lease_until < now.
+            models.Index(
+                fields=["lease_until"], condition=models.Q(status=JobStatus.RUNNING), name="jobq_job_lease"
+            ),
+            # prune and recent-throughput figures: WHERE finished_at < cutoff / > since.
+            models.Index(
+                fields=["finished_at"],
+                condition=models.Q(finished_at__isnull=False),
+                name="jobq_job_finished",
+            ),
+        ]
+        constraints = [
+            # dedupe: at most one active (PENDING/RUNNING) job per key; enqueue uses ON CONFLICT on it.
+            models.UniqueConstraint(
+                fields=["dedupe_key"],
+                condition=models.Q(status__in=[JobStatus.PENDING, JobStatus.RUNNING]),
+                name="jobq_job_dedupe",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.id} {self.task} ({self.get_status_display()})"

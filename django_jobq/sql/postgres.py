@@ -1,0 +1,209 @@
+"""PostgreSQL statements. Each runs as one statement (atomic on its own, or part of the caller's
+transaction) and every parameter is bound, never formatted in.
+
+Time: every comparison uses NOW, the database clock, unless the caller binds %(now)s (the "python"
+clock of JOBQ["CLOCK"], used by tests that move time with time-machine).
+
+Transitions out of RUNNING are compare-and-set: they name the job id, require status RUNNING, the
+owner's worker_id and the attempt number (the fencing token) and report success through RETURNING.
+Under READ COMMITTED an UPDATE that finds its row changed by a concurrent commit re-checks its WHERE on
+the new row version, so a second writer whose guard no longer holds changes nothing.
+"""
+
+NOW = "COALESCE(%(now)s::timestamptz, now())"
+
+PENDING, RUNNING, DONE, DEAD = 0, 1, 2, 3
+
+# The dedupe constraint's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
+_ACTIVE = f"status IN ({PENDING}, {RUNNING})"
+
+# enqueue: insert one job. A concurrent insert of the same active dedupe_key waits for the first
+# transaction; if that commits, ON CONFLICT DO NOTHING returns no row (a duplicate), if it rolls back,
+# this insert proceeds. pg_notify is queued in the caller's transaction and delivered on commit only,
+# so a rolled-back enqueue wakes nobody. The payload is only the queue name (identical notifications
+# in one transaction are folded into one).
+ENQUEUE = f"""
+WITH job AS (
+    INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
+                          dedupe_key, errors, created_at)
+    VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, {PENDING}, %(priority)s,
+            COALESCE(%(run_at)s::timestamptz, {NOW}) + make_interval(secs => %(delay)s), 0,
+            %(max_attempts)s, %(dedupe_key)s, '[]'::jsonb, {NOW})
+    ON CONFLICT (dedupe_key) WHERE {_ACTIVE} DO NOTHING
+    RETURNING id, queue
+)
+SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
+"""
+
+# enqueue_many: the same insert for many jobs from parallel arrays (one round trip). Duplicates,
+# against active jobs or within the batch, are skipped by ON CONFLICT DO NOTHING. One notification
+# per distinct queue.
+ENQUEUE_MANY = f"""
+WITH job AS (
+    INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
+                          dedupe_key, errors, created_at)
+    SELECT u.task, u.queue, u.payload::jsonb, {PENDING}, u.priority,
+           COALESCE(u.run_at, {NOW}), 0, u.max_attempts, u.dedupe_key, '[]'::jsonb, {NOW}
+    FROM unnest(%(tasks)s::text[], %(queues)s::text[], %(payloads)s::text[], %(priorities)s::smallint[],
+                %(run_ats)s::timestamptz[], %(max_attempts)s::int[], %(dedupe_keys)s::text[])
+         AS u(task, queue, payload, priority, run_at, max_attempts, dedupe_key)
+    ON CONFLICT (dedupe_key) WHERE {_ACTIVE} DO NOTHING
+    RETURNING id, queue
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM job) AS q WHERE %(notify)s
+)
+SELECT id FROM job, (SELECT count(*) FROM woken) AS w
+"""
+
+# claim: pick up to %(limit)s due PENDING jobs and make them RUNNING for this worker, in one statement.
+# The selection locks its rows FOR UPDATE SKIP LOCKED, so concurrent claimers never wait for or take the
+# same row, and sits in a MATERIALIZED CTE: an optimisation fence the planner cannot inline or re-run,
+# so the UPDATE touches exactly the rows selected and never more than the limit. The ORDER BY matches
+# the partial claim index (status PENDING: queue, priority, run_at, id). attempts += 1 makes the new
+# attempt number the fencing token for every later write by this owner.
+_CLAIM = f"""
+WITH picked AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE status = {PENDING} AND run_at <= {NOW} {{queue_filter}}
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobq_job AS j
+SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1,
+    started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s)
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.*
+"""
+CLAIM_ANY_QUEUE = _CLAIM.format(queue_filter="")
+CLAIM_ONE_QUEUE = _CLAIM.format(queue_filter="AND queue = %(queue)s")
+CLAIM_QUEUES = _CLAIM.format(queue_filter="AND queue = ANY(%(queues)s::text[])")
+
+_OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
+
+# complete: RUNNING -> DONE, only by the owner of this very attempt.
+COMPLETE = f"""
+UPDATE jobq_job
+SET status = {DONE}, result = %(result)s::jsonb, finished_at = {NOW}, lease_until = NULL
+WHERE id = %(id)s AND {_OWNED} AND attempts = COALESCE(%(attempt)s, attempts)
+RETURNING id
+"""
+
+# complete_many: COMPLETE for a batch of (id, attempt, result) in one statement; rows whose guard
+# fails are simply not returned.
+COMPLETE_MANY = f"""
+UPDATE jobq_job AS j
+SET status = {DONE}, result = d.result::jsonb, finished_at = {NOW}, lease_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)
+WHERE j.id = d.id AND j.{_OWNED.replace(" AND ", " AND j.")} AND j.attempts = d.attempt
+RETURNING j.id
+"""
+
+_GIVE_UP = "(%(permanent)s OR attempts >= max_attempts)"
+
+# fail: RUNNING -> PENDING (retry at now + backoff) or DEAD (permanent, or attempts exhausted), only by
+# the owner of this attempt. Without an explicit backoff the delay is full jitter below the ceiling of
+# django_jobq.backoff.compute_backoff: random() * least(cap, base * 2^(attempts-1)). The error is kept
+# in last_error and appended to the per-attempt history.
+FAIL = f"""
+UPDATE jobq_job
+SET status = CASE WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
+    run_at = CASE WHEN {_GIVE_UP} THEN run_at ELSE {NOW} + make_interval(secs => COALESCE(
+        %(backoff)s, random() * LEAST(%(cap)s, %(base)s * power(2, LEAST(attempts - 1, 64))))) END,
+    finished_at = CASE WHEN {_GIVE_UP} THEN {NOW} END,
+    worker_id = CASE WHEN {_GIVE_UP} THEN worker_id END,
+    lease_until = NULL,
+    last_error = %(error)s,
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s))
+WHERE id = %(id)s AND {_OWNED} AND attempts = COALESCE(%(attempt)s, attempts)
+RETURNING status
+"""
+
+# renew_lease: push one owned job's lease forward.
+RENEW_LEASE = f"""
+UPDATE jobq_job SET lease_until = {NOW} + make_interval(secs => %(lease)s)
+WHERE id = %(id)s AND {_OWNED} AND attempts = COALESCE(%(attempt)s, attempts)
+RETURNING id
+"""
+
+# heartbeat: renew every lease the worker holds, in one statement. Only the ids the worker is running
+# are named, so a job it lost track of (e.g. a claim whose reply was lost) is left to expire.
+HEARTBEAT = f"""
+UPDATE jobq_job AS j SET lease_until = {NOW} + make_interval(secs => %(lease)s)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+WHERE j.id = h.id AND j.{_OWNED.replace(" AND ", " AND j.")} AND j.attempts = h.attempt
+RETURNING j.id
+"""
+
+# release: RUNNING -> PENDING at once, for jobs a stopping worker could not finish in its grace period.
+# attempts stays (it is the fencing token) and max_attempts grows by one, so a shutdown does not use
+# up the job's retry budget.
+RELEASE = f"""
+UPDATE jobq_job AS j
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW},
+    max_attempts = j.max_attempts + 1,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempts, 'at', {NOW}, 'worker', j.worker_id, 'error', 'released: worker shut down'))
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r(id, attempt)
+WHERE j.id = r.id AND j.{_OWNED.replace(" AND ", " AND j.")} AND j.attempts = r.attempt
+RETURNING j.id
+"""
+
+# reap: every RUNNING job whose lease expired goes back to PENDING, or to DEAD when it has used all
+# its attempts, in one statement (the whole backlog at once). A concurrent heartbeat that committed
+# first makes the re-checked WHERE false, so a live job is never taken.
+REAP = f"""
+UPDATE jobq_job
+SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN {NOW} END,
+    worker_id = CASE WHEN attempts >= max_attempts THEN worker_id END,
+    run_at = {NOW}, lease_until = NULL,
+    last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
+    errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', {NOW},
+        'worker', worker_id, 'error', 'lease expired: worker stopped renewing it'))
+WHERE status = {RUNNING} AND lease_until < {NOW}
+RETURNING id
+"""
+
+# requeue: DEAD -> PENDING with attempts reset; the error history is kept. Refused (no row) while
+# another active job holds the same dedupe_key; the unique index still guards the race between that
+# check and the update, which the caller turns into a refusal.
+REQUEUE = f"""
+UPDATE jobq_job AS j
+SET status = {PENDING}, attempts = 0, run_at = COALESCE(%(run_at)s::timestamptz, {NOW}),
+    priority = COALESCE(%(priority)s, j.priority), worker_id = NULL, lease_until = NULL,
+    started_at = NULL, finished_at = NULL, result = NULL
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = {DEAD}
+  AND (j.dedupe_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM jobq_job AS a WHERE a.dedupe_key = j.dedupe_key AND a.{_ACTIVE}))
+RETURNING j.id
+"""
+
+# counts: jobs per status, optionally for one queue. Read-only.
+COUNTS = """
+SELECT status, count(*) FROM jobq_job
+WHERE %(queue)s::text IS NULL OR queue = %(queue)s
+GROUP BY status
+"""
+
+# prune: delete up to %(batch)s finished jobs of one terminal status older than the retention.
+# The status guard repeats DONE/DEAD so that no parameter can ever make it delete an active job.
+PRUNE = f"""
+DELETE FROM jobq_job
+WHERE id IN (
+    SELECT id FROM jobq_job
+    WHERE status = %(status)s AND status IN ({DONE}, {DEAD})
+      AND finished_at < {NOW} - make_interval(secs => %(age)s)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+# set_progress: record {"done", "total"} on an owned RUNNING job.
+SET_PROGRESS = f"""
+UPDATE jobq_job SET progress = %(progress)s::jsonb
+WHERE id = %(id)s AND {_OWNED} AND attempts = %(attempt)s
+RETURNING id
+"""

@@ -1,0 +1,155 @@
+"""The task registry: @task registers a function under a name that jobs refer to."""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from asgiref.sync import sync_to_async
+
+from . import validation
+from .backoff import RetryPolicy
+from .exceptions import ConfigurationError, UnknownTask
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_registry: dict[str, Task[Any, Any]] = {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueOptions:
+    """Per-call options of Task.using(); None means the task's default."""
+
+    queue: str | None = None
+    priority: int | None = None
+    delay: float | dt.timedelta | None = None
+    run_at: dt.datetime | None = None
+    dedupe_key: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task(Generic[P, R]):
+    """A registered function. ``enqueue(**kwargs)`` stores kwargs as the job's payload."""
+
+    func: Callable[P, R]
+    name: str
+    queue: str = "default"
+    priority: int = 100
+    max_attempts: int | None = None  # None: JOBQ["MAX_ATTEMPTS"]
+    timeout: float | None = None  # seconds; None: JOBQ["JOB_TIMEOUT"]
+    retry: RetryPolicy | None = None  # None: JOBQ["BACKOFF_BASE"/"BACKOFF_CAP"/"PERMANENT_EXCEPTIONS"]
+    takes_context: bool = False  # call func(context, **payload) with a JobContext
+    options: EnqueueOptions = field(default_factory=EnqueueOptions)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    def using(self, **options: Any) -> Task[P, R]:
+        """A copy whose next enqueue uses these options (queue, priority, delay, run_at, dedupe_key, ...)."""
+        return replace(self, options=replace(self.options, **options))
+
+    def enqueue(self, **kwargs: Any) -> int | None:
+        """Put a job for this task; returns its id, or None when a duplicate blocked it."""
+        from .models import Job
+
+        o = self.options
+        return Job.objects.enqueue(
+            self.name,
+            kwargs,
+            queue=self.queue if o.queue is None else o.queue,
+            priority=self.priority if o.priority is None else o.priority,
+            delay=o.delay,
+            run_at=o.run_at,
+            dedupe_key=o.dedupe_key,
+            max_attempts=self.max_attempts if o.max_attempts is None else o.max_attempts,
+        )
+
+    async def aenqueue(self, **kwargs: Any) -> int | None:
+        return await sync_to_async(self.enqueue)(**kwargs)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+
+@overload
+def task(func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+@overload
+def task(
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 100,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    takes_context: bool = False,
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+
+def task(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 100,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    takes_context: bool = False,
+) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    """Register ``func`` as a task: ``@task`` or ``@task(name=..., queue=..., ...)``."""
+
+    def register(func: Callable[P, R]) -> Task[P, R]:
+        task_name = validation.name(name or f"{func.__module__}.{func.__qualname__}", "task name")
+        validation.name(queue, "queue")
+        validation.priority(priority)
+        if max_attempts is not None:
+            validation.max_attempts(max_attempts)
+        if timeout is not None and validation.seconds(timeout, "timeout") == 0:
+            raise ConfigurationError("timeout must be positive")
+        new = Task(
+            func=func,
+            name=task_name,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            retry=retry,
+            takes_context=takes_context,
+        )
+        old = _registry.get(task_name)
+        if old is not None and _origin(old.func) != _origin(func):
+            raise ConfigurationError(f"task name {task_name!r} is already registered for {_origin(old.func)}")
+        _registry[task_name] = new
+        return new
+
+    return register(func) if func is not None else register
+
+
+def _origin(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def get_task(name: str) -> Task[Any, Any]:
+    """The task registered as ``name``; UnknownTask if there is none."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise UnknownTask(f"no task is registered as {name!r}") from None
+
+
+def find_task(name: str) -> Task[Any, Any] | None:
+    return _registry.get(name)
+
+
+def registered_tasks() -> dict[str, Task[Any, Any]]:
+    return dict(_registry)

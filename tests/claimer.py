@@ -1,0 +1,28 @@
+"""A claiming process for the race tests: drains the queue with claim_batch, prints what it claimed.
+
+Usage: python -m tests.claimer WORKER_ID BATCH   (DATABASE_URL names the test database)
+"""
+
+import json
+import sys
+
+import django
+
+django.setup()
+
+from django_jobq.models import Job  # noqa: E402
+
+
+def main(worker_id: str, batch: int) -> None:
+    sys.stdin.readline()  # start line: every process begins at once
+    claimed: list[int] = []
+    sizes: list[int] = []
+    while jobs := Job.objects.claim_batch(worker_id, batch):
+        sizes.append(len(jobs))
+        claimed += [job.id for job in jobs]
+        Job.objects.complete_many(worker_id, [(job.id, job.attempts, "null") for job in jobs])
+    print(json.dumps({"claimed": claimed, "max_batch": max(sizes, default=0)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,60 @@
+"""Settings parsing and system checks (no database server needed)."""
+
+import pytest
+from django.core.checks import run_checks
+
+from django_jobq.conf import JobqSettings, jobq_settings
+from django_jobq.exceptions import ConfigurationError
+
+pytestmark = [pytest.mark.unit, pytest.mark.p1]
+
+
+def test_defaults():
+    conf = JobqSettings.from_dict({})
+    assert conf.clock == "database" and conf.lease_seconds > conf.heartbeat_seconds
+
+
+def test_upper_case_keys_map_to_fields():
+    conf = JobqSettings.from_dict({"LEASE_SECONDS": 90, "PERMANENT_EXCEPTIONS": ["x.Y"]})
+    assert conf.lease_seconds == 90 and conf.permanent_exceptions == ("x.Y",)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"LEASE": 5}, "Unknown JOBQ setting"),
+        ({"CLOCK": "wall"}, "CLOCK"),
+        ({"LEASE_SECONDS": 0}, "LEASE_SECONDS"),
+        ({"POLL_INTERVAL": "1"}, "POLL_INTERVAL"),
+        ({"NOTIFY_CHANNEL": "bad channel;"}, "NOTIFY_CHANNEL"),
+    ],
+)
+def test_invalid_settings_are_refused(raw, message):
+    with pytest.raises(ConfigurationError, match=message):
+        JobqSettings.from_dict(raw)
+
+
+def test_settings_are_cached_and_reset_when_changed(settings):
+    first = jobq_settings()
+    assert jobq_settings() is first
+    settings.JOBQ = {"LEASE_SECONDS": 123}
+    assert jobq_settings().lease_seconds == 123
+
+
+def _ids(settings_obj, jobq):
+    settings_obj.JOBQ = jobq
+    return sorted(m.id for m in run_checks() if m.id and m.id.startswith("jobq."))
+
+
+def test_check_ids(settings):
+    assert _ids(settings, {}) == []
+    assert _ids(settings, {"CLOCK": "wall"}) == ["jobq.E001"]
+    assert _ids(settings, {"DATABASE": "nope"}) == ["jobq.E002"]
+    assert _ids(settings, {"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 10}) == ["jobq.E004"]
+
+
+def test_check_refuses_a_non_postgresql_database(settings, monkeypatch):
+    from django.db import connections
+
+    monkeypatch.setattr(connections["default"], "vendor", "sqlite")
+    assert _ids(settings, {}) == ["jobq.E003"]
