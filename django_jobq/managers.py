@@ -278,6 +278,16 @@ class JobManager(models.Manager["Job"]):
         }
         return bool(self._execute(self._sql().SET_PROGRESS, params))
 
+    def worker_beat(
+        self, worker_id: str, *, hostname: str, pid: int, lanes: dict[str, int], running: int, stopped: bool
+    ) -> None:
+        """Record that a worker is alive (or has stopped) in jobq_worker."""
+        params = {
+            "worker_id": worker_id, "hostname": hostname, "pid": pid, "lanes": validation.dump_json(lanes),
+            "running": running, "stopped": stopped,
+        }  # fmt: skip
+        self._execute(self._sql().WORKER_BEAT, params)
+
     # -- maintenance -----------------------------------------------------------------------------------
     def reap(self) -> list[int]:
         """Every RUNNING job whose lease expired goes to PENDING (or DEAD when exhausted); their ids."""
@@ -316,6 +326,14 @@ class JobManager(models.Manager["Job"]):
         params["now"] = timezone.now() if jobq_settings().clock == "python" else None
         with self.connection.cursor() as cursor:
             cursor.execute(self._sql().PRUNE, params)
+            return int(cursor.rowcount)
+
+    def prune_workers(self, older_than: float) -> int:
+        """Forget workers not seen for ``older_than`` seconds."""
+        params: dict[str, Any] = {"age": older_than}
+        params["now"] = timezone.now() if jobq_settings().clock == "python" else None
+        with self.connection.cursor() as cursor:
+            cursor.execute(self._sql().PRUNE_WORKERS, params)
             return int(cursor.rowcount)
 
     def counts(self, queue: str | None = None) -> dict[str, int]:

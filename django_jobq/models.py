@@ -72,3 +72,24 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.id} {self.task} ({self.get_status_display()})"
+
+
+class WorkerRecord(models.Model):
+    """One row per worker process, written by its heartbeat; shows who is alive and what it serves."""
+
+    worker_id = models.TextField(primary_key=True)
+    hostname = models.TextField()
+    pid = models.IntegerField()
+    lanes = models.JSONField(default=dict, help_text="queue name -> slots")
+    running = models.IntegerField(default=0, help_text="jobs running at the last heartbeat")
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "jobq_worker"
+        ordering = ["-last_seen_at"]
+        indexes = [models.Index(fields=["last_seen_at"], name="jobq_worker_seen")]  # "seen recently"
+
+    def __str__(self) -> str:
+        return self.worker_id

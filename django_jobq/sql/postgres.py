@@ -207,3 +207,18 @@ UPDATE jobq_job SET progress = %(progress)s::jsonb
 WHERE id = %(id)s AND {_OWNED} AND attempts = %(attempt)s
 RETURNING id
 """
+
+# worker_beat: upsert the worker's row (who is alive, what it runs). One row per worker process;
+# only that process writes it, so there is no contention.
+WORKER_BEAT = f"""
+INSERT INTO jobq_worker (worker_id, hostname, pid, lanes, running, started_at, last_seen_at, stopped_at)
+VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(lanes)s::jsonb, %(running)s, {NOW}, {NOW},
+        CASE WHEN %(stopped)s THEN {NOW} END)
+ON CONFLICT (worker_id) DO UPDATE
+SET running = EXCLUDED.running, last_seen_at = EXCLUDED.last_seen_at, stopped_at = EXCLUDED.stopped_at
+"""
+
+# prune_workers: forget workers not seen for a long time.
+PRUNE_WORKERS = f"""
+DELETE FROM jobq_worker WHERE last_seen_at < {NOW} - make_interval(secs => %(age)s)
+"""
