@@ -266,6 +266,30 @@ class JobManager(models.Manager["Job"]):
         params = {"worker_id": worker_id, "ids": ids, "attempts": attempts}
         return [row[0] for row in self._execute(self._sql().RELEASE, params)]
 
+    def retry_in_slot(
+        self, job_id: int, worker_id: str, attempt: int, error: Any, lease_seconds: float | None = None
+    ) -> int | None:
+        """Record a failed attempt and begin the next one without releasing the job; the new attempt number,
+        or None when not the owner or no attempts remain."""
+        params = {
+            "id": job_id, "worker_id": worker_id, "attempt": attempt,
+            "error": validation.error_text(error), "lease": self._lease(lease_seconds),
+        }  # fmt: skip
+        rows = self._execute(self._sql().RETRY_IN_SLOT, params)
+        return int(rows[0][0]) if rows else None
+
+    def release_orphans(self, worker_id: str, queue: str, known: Sequence[int]) -> list[int]:
+        """Give back jobs of ``queue`` held by ``worker_id`` other than ``known`` (lost claim replies)."""
+        params = {"worker_id": worker_id, "queue": queue, "known": list(known)}
+        return [row[0] for row in self._execute(self._sql().RELEASE_ORPHANS, params)]
+
+    def state(self, job_id: int) -> tuple[JobStatus, str | None, int] | None:
+        """(status, worker_id, attempts) of a job, or None if it no longer exists."""
+        from .models import JobStatus
+
+        rows = self._execute(self._sql().JOB_STATE, {"id": job_id})
+        return (JobStatus(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
+
     def set_progress(
         self, job_id: int, worker_id: str, attempt: int, done: float, total: float | None
     ) -> bool:

@@ -60,6 +60,11 @@ class Job(models.Model):
                 condition=models.Q(finished_at__isnull=False),
                 name="jobq_job_finished",
             ),
+            # dead letters: DEAD counts per queue (index-only) and the dead-letter list, filtered by task.
+            # Partial, so its size follows the dead letters kept, never the DONE history.
+            models.Index(
+                fields=["queue", "task"], condition=models.Q(status=JobStatus.DEAD), name="jobq_job_dead"
+            ),
         ]
         constraints = [
             # dedupe: at most one active (PENDING/RUNNING) job per key; enqueue uses ON CONFLICT on it.
@@ -93,3 +98,12 @@ class WorkerRecord(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class DeadJob(Job):
+    """DEAD jobs only: the admin's dead-letter view (a proxy; same table, same permissions as Job)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"

@@ -36,3 +36,51 @@ def run_module(module: str, *args: str, **popen) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", module, *args], env=child_env(), cwd=ROOT, text=True, **popen
     )
+
+
+def start_worker(*args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+    """A real ``manage.py jobq_worker`` process on the test database."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", "jobq_worker", *args],
+        env=child_env(**(env or {})),
+        cwd=ROOT,
+        text=True,
+        **popen,
+    )
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def worker_thread():
+    """Run an in-process Worker in a thread; stopped (and checked to have stopped) at teardown."""
+    import threading
+
+    from django_jobq.worker import Worker
+
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start(lanes=None, **options) -> Worker:
+        worker = Worker(lanes or {"default": 2}, **options)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        started.append((worker, thread))
+        return worker
+
+    yield start
+    for worker, thread in started:
+        worker.stop()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "worker did not stop"

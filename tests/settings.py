@@ -41,4 +41,16 @@ TEMPLATES = [
 ]
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-JOBQ = {"LEASE_SECONDS": 30, "HEARTBEAT_SECONDS": 2, "POLL_INTERVAL": 0.5}
+# Worker subprocesses of the tests take shorter leases from the environment.
+JOBQ = {
+    "LEASE_SECONDS": env.float("JOBQ_LEASE_SECONDS", default=30),
+    "HEARTBEAT_SECONDS": env.float("JOBQ_HEARTBEAT_SECONDS", default=2),
+    "POLL_INTERVAL": env.float("JOBQ_POLL_INTERVAL", default=0.5),
+    "BACKOFF_BASE": env.float("JOBQ_BACKOFF_BASE", default=5),
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_jobq": {"handlers": ["stderr"], "level": env("JOBQ_LOG_LEVEL", default="WARNING")}},
+}

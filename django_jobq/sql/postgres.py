@@ -222,3 +222,33 @@ SET running = EXCLUDED.running, last_seen_at = EXCLUDED.last_seen_at, stopped_at
 PRUNE_WORKERS = f"""
 DELETE FROM jobq_worker WHERE last_seen_at < {NOW} - make_interval(secs => %(age)s)
 """
+
+# retry_in_slot: record a failed attempt and start the next one in the same worker slot, keeping the
+# job RUNNING and owned: attempts += 1 (a new fencing token), the lease renewed, the error appended.
+# Only while attempts remain; otherwise the caller fails the job as usual.
+RETRY_IN_SLOT = f"""
+UPDATE jobq_job
+SET attempts = attempts + 1, started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s),
+    last_error = %(error)s,
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s))
+WHERE id = %(id)s AND {_OWNED} AND attempts = %(attempt)s AND attempts < max_attempts
+RETURNING attempts
+"""
+
+# release_orphans: after a claim whose reply was lost (connection dropped after commit), give back
+# every job of this queue that this worker holds but does not know it runs. Only this worker's
+# dispatcher for the queue writes rows with this worker_id and queue, so nothing races it.
+RELEASE_ORPHANS = f"""
+UPDATE jobq_job
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW},
+    max_attempts = max_attempts + 1
+WHERE status = {RUNNING} AND worker_id = %(worker_id)s AND queue = %(queue)s
+  AND id <> ALL(%(known)s::bigint[])
+RETURNING id
+"""
+
+# job_state: re-read a job to resolve a write whose outcome is unknown (connection lost mid-commit).
+JOB_STATE = """
+SELECT status, worker_id, attempts FROM jobq_job WHERE id = %(id)s
+"""

@@ -1,6 +1,13 @@
 """Tasks the test suite enqueues and runs."""
 
+import asyncio
+import os
+import time
+
 import django_jobq
+from django_jobq import PermanentError, RetryPolicy
+
+from .models import Execution
 
 
 @django_jobq.task(name="test.noop")
@@ -11,3 +18,84 @@ def noop(**kwargs):
 @django_jobq.task(name="test.echo")
 def echo(**kwargs):
     return kwargs
+
+
+@django_jobq.task(name="test.sleep")
+def sleep(seconds: float, **kwargs):
+    time.sleep(seconds)
+    return seconds
+
+
+@django_jobq.task(name="test.record", takes_context=True)
+def record(context, pause: float = 0.0, **kwargs):
+    """Log the execution, then optionally pause (so a drain or a restart can catch it running)."""
+    Execution.objects.create(job_id=context.job_id, attempt=context.attempt, worker_id=context.worker_id)
+    if pause:
+        time.sleep(pause)
+    return {"attempt": context.attempt}
+
+
+@django_jobq.task(name="test.slow_first_attempt", takes_context=True)
+def slow_first_attempt(context, seconds: float):
+    """The first attempt records itself and hangs; later attempts finish at once."""
+    Execution.objects.create(job_id=context.job_id, attempt=context.attempt, worker_id=context.worker_id)
+    if context.attempt == 1:
+        time.sleep(seconds)
+    return {"attempt": context.attempt}
+
+
+@django_jobq.task(name="test.exit_process", max_attempts=2)
+def exit_process():
+    os._exit(3)  # a poison job: takes its worker process down
+
+
+@django_jobq.task(name="test.flaky", takes_context=True, retry=RetryPolicy(base=0.05, cap=0.1))
+def flaky(context, failures: int):
+    """Fails its first ``failures`` attempts, then succeeds."""
+    if context.attempt <= failures:
+        raise ConnectionError(f"transient failure on attempt {context.attempt}")
+    return {"attempt": context.attempt}
+
+
+@django_jobq.task(name="test.always_fails", retry=RetryPolicy(base=1000, cap=1000))
+def always_fails():
+    raise ValueError("boom")
+
+
+@django_jobq.task(name="test.permanent")
+def permanent():
+    raise PermanentError("cannot ever work")
+
+
+@django_jobq.task(name="test.lookup_error")
+def lookup_error():
+    raise LookupError("configured as permanent in the test")
+
+
+@django_jobq.task(name="test.async_add")
+async def async_add(a: int, b: int):
+    await asyncio.sleep(0.01)
+    return a + b
+
+
+@django_jobq.task(name="test.async_hang", timeout=0.2, max_attempts=1)
+async def async_hang():
+    await asyncio.sleep(60)
+
+
+@django_jobq.task(name="test.sync_hang", timeout=0.5, max_attempts=1)
+def sync_hang(seconds: float = 3):
+    time.sleep(seconds)
+    return "too late"
+
+
+@django_jobq.task(name="test.bad_result")
+def bad_result():
+    return {"when": object()}
+
+
+@django_jobq.task(name="test.progress", takes_context=True)
+def progress(context, steps: int):
+    for step in range(1, steps + 1):
+        context.set_progress(step, steps)
+    return steps

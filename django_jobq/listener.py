@@ -1,0 +1,67 @@
+"""LISTEN for enqueue notifications on a dedicated connection and wake the lanes they name."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from django.db import connections
+
+from .conf import jobq_settings
+
+logger = logging.getLogger("django_jobq")
+
+HEALTH_CHECK_SECONDS = 5.0  # a silent connection is probed this often, so a dead one is noticed
+
+
+def connection_params(alias: str) -> dict[str, Any]:
+    """psycopg.connect() keyword arguments for a Django database alias."""
+    params = dict(connections[alias].get_connection_params())
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return params
+
+
+class Listener(threading.Thread):
+    """Calls ``wake(queue)`` for every notification; ``wake(None)`` after each (re)connect, since
+    notifications sent while it was disconnected are lost (polling would find those jobs anyway)."""
+
+    def __init__(self, wake: Callable[[str | None], None], stopping: threading.Event):
+        super().__init__(name="jobq-listener", daemon=True)
+        self.wake = wake
+        self.stopping = stopping
+        self.connected = threading.Event()
+        conf = jobq_settings()
+        self.channel, self.alias = conf.notify_channel, conf.database
+
+    def run(self) -> None:
+        delay = 0.1
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(**connection_params(self.alias), autocommit=True) as conn:
+                    conn.execute(f"LISTEN {self.channel}")  # channel is checked to be an identifier
+                    self.connected.set()
+                    delay = 0.1
+                    self.wake(None)
+                    self._listen(conn)
+            except psycopg.Error as exc:
+                self.connected.clear()
+                if self.stopping.is_set():
+                    return
+                logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, delay)
+                self.stopping.wait(delay)
+                delay = min(delay * 2, 5.0)
+        self.connected.clear()
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        last_check = time.monotonic()
+        while not self.stopping.is_set():
+            for notify in conn.notifies(timeout=1.0, stop_after=1000):
+                self.wake(notify.payload)
+            if time.monotonic() - last_check >= HEALTH_CHECK_SECONDS:
+                conn.execute("SELECT 1")  # raises if the server went away without a word
+                last_check = time.monotonic()

@@ -1,0 +1,36 @@
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_jobq.reaper import Reaper
+
+
+class Command(BaseCommand):
+    help = "Return expired leases to the queue and prune old jobs; one reaper acts across all replicas."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+        parser.add_argument(
+            "--interval", type=float, default=None, help='seconds between passes (JOBQ["REAP_INTERVAL"])'
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        reaper = Reaper(interval=options["interval"])
+        if options["once"]:
+            if not reaper.acquire():
+                self.stdout.write("another reaper is acting; nothing done")
+                return
+            try:
+                result = reaper.run_once()
+            finally:
+                reaper.release()
+            self.stdout.write(
+                f"reaped {len(result.reaped)}, pruned {result.pruned_done} done and {result.pruned_dead} dead job(s)"
+            )
+            return
+        stopping = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+        reaper.run(stopping)

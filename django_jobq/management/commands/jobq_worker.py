@@ -1,0 +1,46 @@
+import signal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_jobq.exceptions import ConfigurationError
+from django_jobq.reaper import Reaper
+from django_jobq.worker import Worker, parse_lanes
+
+
+class Command(BaseCommand):
+    help = "Run a worker: claim jobs from the given queues and run them until stopped (SIGTERM drains)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queues", default="default", help="QUEUE[:SLOTS],... (default: default)")
+        parser.add_argument(
+            "--concurrency", type=int, default=4, help="slots for queues listed without :SLOTS"
+        )
+        parser.add_argument("--burst", action="store_true", help="exit once no job is due")
+        parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
+        parser.add_argument("--grace", type=float, default=30.0, help="seconds running jobs get on SIGTERM")
+        parser.add_argument(
+            "--poll-interval", type=float, default=None, help='default: JOBQ["POLL_INTERVAL"]'
+        )
+        parser.add_argument("--no-listen", action="store_true", help="poll only; no LISTEN/NOTIFY wake-ups")
+        parser.add_argument("--reap", action="store_true", help="also run the reaper in this process")
+        parser.add_argument("--worker-id", default=None, help="default: host:pid:random")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            worker = Worker(
+                parse_lanes(options["queues"], options["concurrency"]),
+                worker_id=options["worker_id"],
+                burst=options["burst"],
+                max_jobs=options["max_jobs"],
+                grace=options["grace"],
+                poll_interval=options["poll_interval"],
+                listen=not options["no_listen"],
+                reaper=Reaper() if options["reap"] else None,
+            )
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: worker.stop())
+        worker.run()
+        self.stdout.write(f"worker {worker.worker_id} stopped after {worker.processed} job(s)")

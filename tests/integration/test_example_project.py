@@ -1,0 +1,44 @@
+"""The example site's two ways of enqueueing, and its demo command."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from django_jobq.models import Job
+from example_project.shop.models import Order
+
+pytestmark = [pytest.mark.integration, pytest.mark.p1, pytest.mark.django_db]
+
+
+def test_search_view_deduplicates_active_searches(client):
+    first = client.get("/search/", {"q": "Coffee"}).json()
+    second = client.get("/search/", {"q": "coffee"}).json()
+    assert first["job_id"] and not first["duplicate"]
+    assert second == {"job_id": None, "duplicate": True}
+    assert Job.objects.get().dedupe_key == "search:coffee"
+    assert client.get("/search/").status_code == 400
+
+
+def test_order_and_its_outbox_job_commit_together(client):
+    response = client.post("/orders/", {"email": "a@example.com", "total_cents": "100"})
+    assert response.status_code == 201
+    order = Order.objects.get()
+    job = Job.objects.get(id=response.json()["job_id"])
+    assert (job.task, job.queue, job.payload) == ("shop.confirm_order", "outbox", {"order_id": order.pk})
+
+
+def test_refused_order_leaves_neither_row_nor_job(client):
+    response = client.post("/orders/", {"email": "a@example.com", "total_cents": "0"})
+    assert response.status_code == 400
+    assert not Order.objects.exists() and not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_command_drains_what_it_enqueued():
+    out = StringIO()
+    call_command("demo", stdout=out)
+    text = out.getvalue()
+    assert "duplicate, not enqueued" in text and "refused, rolled back" in text
+    assert "after:  PENDING=0, RUNNING=0, DONE=5, DEAD=0" in text
+    assert "orders confirmed: 2 of 2" in text

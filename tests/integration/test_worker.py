@@ -1,0 +1,190 @@
+"""The worker run in-process: tasks, results, retries, timeouts, lanes, wake-ups, signals."""
+
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import transaction
+
+from django_jobq import signals
+from django_jobq.listener import connection_params
+from django_jobq.managers import NewJob
+from django_jobq.models import Job, JobStatus, WorkerRecord
+from django_jobq.worker import Worker, parse_lanes
+from tests.conftest import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def run_burst(lanes=None, **options) -> Worker:
+    worker = Worker(lanes or {"default": 4}, burst=True, **options)
+    worker.run()
+    return worker
+
+
+@pytest.mark.p0
+def test_burst_drains_sync_and_async_tasks_and_stores_results():
+    ids = [Job.objects.enqueue("test.echo", {"n": i}) for i in range(20)]
+    add = Job.objects.enqueue("test.async_add", {"a": 2, "b": 3})
+    worker = run_burst()
+    assert worker.processed == 21
+    assert Job.objects.counts() == {"PENDING": 0, "RUNNING": 0, "DONE": 21, "DEAD": 0}
+    assert [Job.objects.get(id=i).result for i in ids] == [{"n": i} for i in range(20)]
+    assert Job.objects.get(id=add).result == 5
+    record = WorkerRecord.objects.get(worker_id=worker.worker_id)
+    assert record.stopped_at is not None and record.lanes == {"default": 4}
+
+
+@pytest.mark.p0
+def test_max_jobs_stops_after_that_many():
+    Job.objects.enqueue_many(NewJob("test.noop") for _ in range(10))
+    worker = Worker({"default": 3}, max_jobs=4)
+    worker.run()
+    assert worker.processed == 4
+    assert Job.objects.counts()["DONE"] == 4 and Job.objects.counts()["PENDING"] == 6
+
+
+@pytest.mark.p0
+def test_transient_error_retried_in_slot_keeps_the_job(settings):
+    jid = Job.objects.enqueue("test.flaky", {"failures": 2})
+    retried = []
+    handler = lambda **kw: retried.append(kw["delay"])  # noqa: E731
+    signals.job_retried.connect(handler)
+    try:
+        worker = run_burst()
+    finally:
+        signals.job_retried.disconnect(handler)
+    job = Job.objects.get(id=jid)
+    assert job.status == JobStatus.DONE and job.result == {"attempt": 3}
+    assert job.attempts == 3 and len(job.errors) == 2
+    assert {e["worker"] for e in job.errors} == {worker.worker_id}  # never left the slot
+    assert len(retried) == 2 and all(d <= 0.1 for d in retried)
+
+
+@pytest.mark.p0
+def test_long_backoff_reenqueues_and_frees_the_slot():
+    jid = Job.objects.enqueue("test.always_fails", max_attempts=3)
+    Job.objects.enqueue("test.noop")
+    run_burst({"default": 1})
+    job = Job.objects.get(id=jid)
+    assert job.status == JobStatus.PENDING and job.worker_id is None and job.attempts == 1
+    assert job.run_at > job.started_at  # rescheduled in the future (up to the 1000 s ceiling)
+    assert Job.objects.counts()["DONE"] == 1  # the slot was free for the next job
+
+
+@pytest.mark.p0
+def test_permanent_errors_go_dead_at_once(settings):
+    settings.JOBQ = {**settings.JOBQ, "PERMANENT_EXCEPTIONS": ["builtins.LookupError"]}
+    perm = Job.objects.enqueue("test.permanent", max_attempts=5)
+    configured = Job.objects.enqueue("test.lookup_error", max_attempts=5)
+    bad_result = Job.objects.enqueue("test.bad_result", max_attempts=5)
+    run_burst()
+    for jid, text in (
+        (perm, "PermanentError"),
+        (configured, "LookupError"),
+        (bad_result, "result must be JSON"),
+    ):
+        job = Job.objects.get(id=jid)
+        assert job.status == JobStatus.DEAD and job.attempts == 1, jid
+        assert text in job.last_error and "Traceback" in job.last_error
+
+
+@pytest.mark.p0
+def test_attempt_ceiling_holds():
+    jid = Job.objects.enqueue("test.flaky", {"failures": 10}, max_attempts=3)
+    run_burst()
+    job = Job.objects.get(id=jid)
+    assert job.status == JobStatus.DEAD and job.attempts == 3 and len(job.errors) == 3
+
+
+def test_async_timeout_fails_the_job():
+    jid = Job.objects.enqueue("test.async_hang")
+    run_burst()
+    job = Job.objects.get(id=jid)
+    assert job.status == JobStatus.DEAD and "JobTimeout" in job.last_error
+
+
+def test_sync_timeout_is_enforced_by_the_watchdog(settings):
+    jid = Job.objects.enqueue("test.sync_hang", {"seconds": 4})
+    started = time.monotonic()
+    worker_done = threading.Event()
+
+    def run():
+        run_burst({"default": 1}, grace=0)
+        worker_done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    wait_until(
+        lambda: Job.objects.get(id=jid).status == JobStatus.DEAD, timeout=10, message="timeout -> DEAD"
+    )
+    assert time.monotonic() - started < 3.5  # before the function itself returned
+    assert "JobTimeout" in Job.objects.get(id=jid).last_error
+    worker_done.wait(10)
+    assert Job.objects.get(id=jid).result is None  # the late return value was discarded
+
+
+def test_progress_is_recorded():
+    jid = Job.objects.enqueue("test.progress", {"steps": 5})
+    run_burst()
+    assert Job.objects.get(id=jid).progress == {"done": 5, "total": 5}
+
+
+@pytest.mark.p0
+def test_lane_isolation(worker_thread):
+    Job.objects.enqueue_many(NewJob("test.sleep", {"seconds": 2}, queue="agents") for _ in range(4))
+    worker_thread({"agents": 1, "interactive": 2})
+    wait_until(lambda: Job.objects.filter(queue="agents", status=JobStatus.RUNNING).exists())
+    quick = Job.objects.enqueue("test.noop", queue="interactive")
+    wait_until(
+        lambda: Job.objects.get(id=quick).status == JobStatus.DONE, timeout=1.5, message="interactive job"
+    )
+    # The agents lane is still saturated: one running, the rest waiting.
+    assert Job.objects.filter(queue="agents", status=JobStatus.DONE).count() == 0
+    assert Job.objects.filter(queue="agents", status=JobStatus.PENDING).count() == 3
+
+
+@pytest.mark.p0
+def test_rolled_back_enqueue_notifies_nobody_and_runs_nothing(worker_thread):
+    worker = worker_thread({"default": 1}, poll_interval=0.2)
+    with psycopg.connect(**connection_params("default"), autocommit=True) as listen:
+        listen.execute("LISTEN jobq")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Job.objects.enqueue("test.record")
+            raise RuntimeError("rollback")
+        assert list(listen.notifies(timeout=0.5)) == []
+        time.sleep(0.5)  # more than two poll intervals: the worker had time to run anything there was
+        assert not Job.objects.exists() and worker.processed == 0
+        Job.objects.enqueue("test.noop")  # a committed enqueue does notify
+        assert [n.payload for n in listen.notifies(timeout=2, stop_after=1)] == ["default"]
+
+
+@pytest.mark.p0
+def test_notify_wakes_an_idle_worker_long_before_the_poll(worker_thread):
+    poll = 5.0
+    worker = worker_thread({"default": 1}, poll_interval=poll)
+    wait_until(lambda: worker.listener and worker.listener.connected.is_set(), message="LISTEN connected")
+    time.sleep(0.2)  # let the worker go idle on its poll wait
+    latencies = []
+    for _ in range(5):
+        jid = Job.objects.enqueue("test.noop")
+        wait_until(lambda jid=jid: Job.objects.get(id=jid).status == JobStatus.DONE, timeout=poll * 2)
+        job = Job.objects.get(id=jid)
+        latencies.append((job.started_at - job.created_at).total_seconds())
+    assert max(latencies) < poll / 10, latencies
+
+
+def test_parse_lanes():
+    assert parse_lanes("interactive:8,agents:2", 4) == {"interactive": 8, "agents": 2}
+    assert parse_lanes("default", 4) == {"default": 4}
+    for bad in ("", "a:0", "a:x", "a,a"):
+        with pytest.raises(Exception, match=r"queue|lane|--queues"):
+            parse_lanes(bad, 4)
+
+
+def test_worker_refuses_a_lease_shorter_than_the_heartbeat(settings):
+    from django_jobq.exceptions import ConfigurationError
+
+    settings.JOBQ = {"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 5}
+    with pytest.raises(ConfigurationError, match="LEASE_SECONDS"):
+        Worker({"default": 1})

@@ -1,0 +1,15 @@
+from django.db import models
+
+
+class Execution(models.Model):
+    """One row per time a test task body ran (to count executions across worker processes)."""
+
+    job_id = models.BigIntegerField()
+    attempt = models.IntegerField()
+    worker_id = models.TextField()
+
+    class Meta:
+        app_label = "testapp"
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} on {self.worker_id}"
