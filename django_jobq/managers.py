@@ -52,11 +52,13 @@ class JobManager(models.Manager["Job"]):
     def _jobs(self, sql: str, params: dict[str, Any]) -> list[Job]:
         """Run a statement that RETURNs whole job rows and build model instances from them."""
         params["now"] = timezone.now() if jobq_settings().clock == "python" else None
-        connection = self.connection
-        with connection.cursor() as cursor:
+        with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             names = [column.name for column in cursor.description]
-            rows = cursor.fetchall()
+            return self._build(names, cursor.fetchall())
+
+    def _build(self, names: list[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
+        connection = self.connection
         fields = [self.model._meta.get_field(name) for name in names]
         converters = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
         attnames = [f.attname for f in fields]  # type: ignore[union-attr]
@@ -198,6 +200,31 @@ class JobManager(models.Manager["Job"]):
         ids, attempts, results = (list(column) for column in zip(*done, strict=True))
         params = {"worker_id": worker_id, "ids": ids, "attempts": attempts, "results": results}
         return {row[0] for row in self._execute(self._sql().COMPLETE_MANY, params)}
+
+    def complete_and_claim(
+        self,
+        worker_id: str,
+        done: Sequence[tuple[int, int, str]],
+        limit: int,
+        queue: str,
+        lease_seconds: float | None = None,
+    ) -> tuple[set[int], list[Job]]:
+        """complete_many and claim_batch for one queue in a single statement (one commit).
+
+        Returns the ids completed (still owned) and the jobs claimed (``limit`` may be 0)."""
+        ids, attempts, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
+        params: dict[str, Any] = {
+            "worker_id": worker_id, "ids": ids, "attempts": attempts, "results": results,
+            "limit": validation.integer(limit, "limit", 0, 100_000), "queue": queue,
+            "lease": self._lease(lease_seconds),
+            "now": timezone.now() if jobq_settings().clock == "python" else None,
+        }  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(self._sql().COMPLETE_AND_CLAIM, params)
+            names = [column.name for column in cursor.description][1:]
+            rows = cursor.fetchall()
+        completed = set(rows[0][0])
+        return completed, self._build(names, (row[1:] for row in rows if row[1] is not None))
 
     def fail(
         self,

@@ -1,8 +1,9 @@
-"""The worker: lanes of slots fed by batched claims, a completer that writes outcomes in batches,
-a heartbeat that renews every lease in one statement, LISTEN wake-ups and a graceful drain.
+"""The worker: lanes of slots, each fed by one dispatcher thread that writes the lane's finished jobs
+and claims as many new ones as there are free slots in a single statement; a heartbeat that renews
+every lease in one statement; LISTEN wake-ups; a graceful drain.
 
-Threads: one dispatcher and N slot threads per lane, one completer, one heartbeat, one listener
-(and optionally an embedded reaper). Each uses its own database connection.
+Threads: one dispatcher and N slot threads per lane, one heartbeat, one listener (and optionally an
+embedded reaper). Each uses its own database connection.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from queue import Empty, SimpleQueue
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import Error as DatabaseError
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_jobq")
 T = TypeVar("T")
-
-COMPLETER_BATCH = 1000  # outcomes written per statement at most
 
 
 def parse_lanes(spec: str, default_slots: int) -> dict[str, int]:
@@ -57,25 +56,28 @@ def parse_lanes(spec: str, default_slots: int) -> dict[str, int]:
 
 
 @dataclass(eq=False)
-class Lane:
-    """One queue served by its own pool of slots, so a saturated lane never starves another."""
-
-    queue: str
-    slots: int
-    busy: int = 0
-    work: SimpleQueue[Job | None] = field(default_factory=SimpleQueue)
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    wake: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(eq=False)
 class Running:
     job: Job
-    attempt: int
+    attempt: int  # the current attempt (fencing token); in-slot retries raise it
     lane: Lane
     deadline: float | None  # monotonic time after which the timeout watchdog fails the job
     timed_out: bool = False
+
+
+@dataclass(eq=False)
+class Lane:
+    """One queue served by its own pool of slots, so a saturated lane never starves another.
+    ``cond`` guards busy, outcomes, idle and woken."""
+
+    queue: str
+    slots: int
+    busy: int = 0  # slots running a job
+    outcomes: list[tuple[Running, Outcome]] = field(default_factory=list)  # finished, not yet written
+    idle: bool = False  # the last claim found less than it asked for: wait for a wake-up or the poll
+    woken: bool = False  # a notification arrived
+    work: SimpleQueue[Job | None] = field(default_factory=SimpleQueue)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Worker:
@@ -109,24 +111,22 @@ class Worker:
         self.poll_interval = conf.poll_interval if poll_interval is None else poll_interval
         self.listen = conf.notify if listen is None else listen
         self.reaper = reaper
-        self.stopping = threading.Event()  # no new claims
-        self.hard = threading.Event()  # second signal: leave now
+        self.stopping = threading.Event()  # no new claims; finish what runs
+        self.abandon = threading.Event()  # grace is over (or second signal): dispatchers leave now
+        self.hard = threading.Event()  # second signal
         self.finished = threading.Event()  # background threads exit
-        self.processed = 0  # outcomes written
+        self.processed = 0  # jobs whose outcome was written
         self._claimed = 0
         self._running: dict[int, Running] = {}
         self._lock = threading.Lock()
-        self._outcomes: SimpleQueue[tuple[Running, Outcome]] = SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._completer_done = threading.Event()
         self.listener: Listener | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def run(self) -> None:
         """Run until stop() (twice for a hard stop), burst exhaustion or max_jobs; then drain."""
-        logger.info(
-            "worker %s starting: lanes %s", self.worker_id, {q: ln.slots for q, ln in self.lanes.items()}
-        )
+        lanes = {q: lane.slots for q, lane in self.lanes.items()}
+        logger.info("worker %s starting: lanes %s", self.worker_id, lanes)
         self._beat(stopped=False)
         self._start()
         try:
@@ -143,6 +143,7 @@ class Worker:
         if self.stopping.is_set():
             logger.warning("worker %s: second stop request, stopping hard", self.worker_id)
             self.hard.set()
+            self.abandon.set()
         self.stopping.set()
         self._wake_all()
 
@@ -151,7 +152,6 @@ class Worker:
             self._spawn(f"jobq-dispatch-{lane.queue}", self._dispatch, lane)
             for n in range(lane.slots):
                 self._spawn(f"jobq-slot-{lane.queue}-{n}", self._slot, lane)
-        self._spawn("jobq-completer", self._complete_loop)
         self._spawn("jobq-heartbeat", self._heartbeat_loop)
         if self.listen:
             self.listener = Listener(self._on_notify, self.finished)
@@ -177,12 +177,12 @@ class Worker:
         self.stopping.set()
         self._wake_all()
         deadline = time.monotonic() + self.grace
-        while self._running and not self.hard.is_set() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        self._completer_done.set()  # the completer writes what is queued, then exits
-        for thread in self._threads:
-            if thread.name == "jobq-completer":
-                thread.join(timeout=None if not self.hard.is_set() else 2)
+        for lane in self.lanes.values():  # dispatchers write what finishes within the grace period
+            lane.done.wait(timeout=max(0.0, deadline - time.monotonic()))
+        self.abandon.set()
+        self._wake_all()
+        for lane in self.lanes.values():
+            lane.done.wait(timeout=5)
         with self._lock:
             left = [(r.job.id, r.attempt) for r in self._running.values() if not r.timed_out]
         if left:
@@ -206,17 +206,18 @@ class Worker:
 
     def _wake_all(self) -> None:
         for lane in self.lanes.values():
-            lane.wake.set()
             with lane.cond:
+                lane.woken = True
                 lane.cond.notify_all()
 
     def _on_notify(self, queue_name: str | None) -> None:
         if queue_name is None:
             self._wake_all()
         elif lane := self.lanes.get(queue_name):
-            lane.wake.set()
+            with lane.cond:
+                lane.woken = True
+                lane.cond.notify_all()
 
-    # -- database access -------------------------------------------------------------------------------
     def _db(self, op: Callable[[], T], *, attempts: int | None = None) -> T | None:
         """Run ``op``; on a database error drop this thread's connection and retry with backoff.
         Gives up (None) after ``attempts`` tries, or when a hard stop is requested."""
@@ -237,66 +238,81 @@ class Worker:
                 delay = min(delay * 2, 5.0)
 
     # -- dispatching -----------------------------------------------------------------------------------
-    def _take_budget(self, free: int) -> int:
-        with self._lock:
-            if self.max_jobs is None:
-                return free
-            n = max(0, min(free, self.max_jobs - self._claimed))
-            self._claimed += n
-            return n
+    def _budget(self) -> int:
+        """Jobs this worker may still claim (max_jobs)."""
+        return 1 << 30 if self.max_jobs is None else self.max_jobs - self._claimed
 
-    def _return_budget(self, n: int) -> None:
-        if self.max_jobs is not None and n:
-            with self._lock:
-                self._claimed -= n
+    def _lane_finished(self, lane: Lane) -> bool:
+        """Nothing runs or waits to be written, and nothing more will be claimed. Holds lane.cond."""
+        if lane.busy or lane.outcomes:
+            return False
+        return self.stopping.is_set() or self._budget() <= 0 or (self.burst and lane.idle)
+
+    def _wait_for_work(self, lane: Lane) -> list[tuple[Running, Outcome]] | None:
+        """Block until there are outcomes to write or slots to fill; None when the lane is finished."""
+        poll_at = time.monotonic() + self.poll_interval
+        with lane.cond:
+            while True:
+                if self.abandon.is_set() or self._lane_finished(lane):
+                    return None
+                if lane.woken:
+                    lane.idle = lane.woken = False
+                if lane.idle and time.monotonic() >= poll_at:
+                    lane.idle = False  # the safety-net poll
+                can_claim = not self.stopping.is_set() and self._budget() > 0 and lane.busy < lane.slots
+                if lane.outcomes or (can_claim and not lane.idle):
+                    outcomes, lane.outcomes = lane.outcomes, []
+                    return outcomes
+                lane.cond.wait(timeout=max(0.001, poll_at - time.monotonic()) if lane.idle else 0.5)
 
     def _dispatch(self, lane: Lane) -> None:
-        conf = jobq_settings()
-        check_orphans = False
         try:
-            while not self.stopping.is_set():
-                with lane.cond:
-                    while lane.busy >= lane.slots and not self.stopping.is_set():
-                        lane.cond.wait(0.5)
-                    free = lane.slots - lane.busy
-                if self.stopping.is_set():
-                    break
-                n = self._take_budget(free)
-                if n == 0:
-                    with lane.cond:
-                        if lane.busy == 0:
-                            break
-                    lane.wake.wait(0.05)
-                    lane.wake.clear()
-                    continue
-                lane.wake.clear()  # before the claim: a notification after it wakes the next wait
-                try:
-                    if check_orphans:
-                        self._release_orphans(lane)
-                        check_orphans = False
-                    jobs = Job.objects.claim_batch(
-                        self.worker_id, n, queues=[lane.queue], lease_seconds=conf.lease_seconds
+            while (outcomes := self._wait_for_work(lane)) is not None:
+                successes = [(r, o) for r, o in outcomes if o.ok]
+                for entry, outcome in outcomes:
+                    if not outcome.ok:
+                        self._write_failure(entry, outcome)
+                with self._lock:
+                    free = (
+                        0 if self.stopping.is_set() else max(0, min(lane.slots - lane.busy, self._budget()))
                     )
-                except DatabaseError as exc:
-                    self._return_budget(n)
-                    connections[conf.database].close()
-                    logger.warning("worker %s lane %s: claim failed (%s)", self.worker_id, lane.queue, exc)
-                    check_orphans = True  # the claim may have committed without our hearing of it
-                    self.stopping.wait(0.5)
-                    continue
-                self._return_budget(n - len(jobs))
-                self._hand_out(lane, jobs, conf.job_timeout)
-                if len(jobs) == n:
-                    continue  # there may be more: claim again as soon as slots are free
-                if self.burst and not jobs:
-                    with lane.cond:
-                        if lane.busy == 0:
-                            break
-                lane.wake.wait(self.poll_interval)
+                    self._claimed += free
+                jobs = self._cycle(lane, successes, free)
+                with self._lock:
+                    self._claimed -= free - len(jobs)
+                with lane.cond:
+                    lane.idle = free > 0 and len(jobs) < free
+                self._hand_out(lane, jobs)
         finally:
             lane.done.set()
 
-    def _hand_out(self, lane: Lane, jobs: list[Job], default_timeout: float | None) -> None:
+    def _cycle(self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int) -> list[Job]:
+        """Write the successes and claim up to ``limit`` jobs, in one statement."""
+        lease = jobq_settings().lease_seconds
+        done = [(r.job.id, o.attempt, o.result_json or "null") for r, o in successes]
+        try:
+            completed, jobs = Job.objects.complete_and_claim(self.worker_id, done, limit, lane.queue, lease)
+        except DatabaseError as exc:
+            connections[jobq_settings().database].close()
+            logger.warning("worker %s lane %s: write/claim failed (%s)", self.worker_id, lane.queue, exc)
+            # The statement may have committed without our hearing of it: write the successes again
+            # (a row already DONE is resolved by re-reading it) and give back jobs claimed unknowingly.
+            completed = self._db(lambda: Job.objects.complete_many(self.worker_id, done)) or set()
+            completed |= {
+                r.job.id for r, o in successes if r.job.id not in completed and self._was_written(r, o)
+            }
+            self._db(lambda: self._release_orphans(lane))
+            jobs = []
+        for entry, outcome in successes:
+            self._forget(entry)
+            if entry.job.id in completed:
+                self._log_done(entry, outcome)
+            else:
+                logger.warning("job %s: result not recorded, the job is no longer ours", entry.job.id)
+        return jobs
+
+    def _hand_out(self, lane: Lane, jobs: list[Job]) -> None:
+        default_timeout = jobq_settings().job_timeout
         now = time.monotonic()
         for job in jobs:
             task = find_task(job.task)
@@ -316,33 +332,37 @@ class Worker:
                 "worker %s: released %d job(s) from a lost claim reply", self.worker_id, len(released)
             )
 
+    def _was_written(self, entry: Running, outcome: Outcome) -> bool:
+        """Re-read a job whose DONE write went unconfirmed: True if the row shows our write."""
+        state = self._db(lambda: Job.objects.state(entry.job.id))
+        return state == (JobStatus.DONE, self.worker_id, outcome.attempt)
+
     # -- slots -----------------------------------------------------------------------------------------
     def _slot(self, lane: Lane) -> None:
         runner = SlotRunner(self.worker_id, self.stopping, self._on_new_attempt)
         try:
-            self._run_slot(lane, runner)
+            while (job := lane.work.get()) is not None:
+                self._run_one(lane, runner, job)
         finally:
             runner.close()
 
-    def _run_slot(self, lane: Lane, runner: SlotRunner) -> None:
-        while (job := lane.work.get()) is not None:
+    def _run_one(self, lane: Lane, runner: SlotRunner, job: Job) -> None:
+        with self._lock:
+            entry = self._running.get(job.id)
+        try:
+            outcome = runner.run(job)
+        except BaseException as exc:  # never let a job kill the slot
+            outcome = Outcome(attempt=entry.attempt if entry else job.attempts, error=format_error(exc))
+        discard = entry is None or entry.timed_out or outcome.abandoned
+        if discard:
             with self._lock:
-                entry = self._running.get(job.id)
-            try:
-                outcome = runner.run(job)
-            except BaseException as exc:  # never let a job kill the slot
-                outcome = Outcome(attempt=entry.attempt if entry else job.attempts, error=format_error(exc))
-            with lane.cond:
-                lane.busy -= 1
-                lane.cond.notify_all()
-            if self.burst:
-                lane.wake.set()
-            if entry is None or entry.timed_out or outcome.abandoned:
-                with self._lock:
-                    if self._running.get(job.id) is entry:
-                        del self._running[job.id]
-                continue
-            self._outcomes.put((entry, outcome))
+                if entry is not None and self._running.get(job.id) is entry:
+                    del self._running[job.id]
+        with lane.cond:
+            lane.busy -= 1
+            if not discard:
+                lane.outcomes.append((entry, outcome))  # type: ignore[arg-type]
+            lane.cond.notify_all()
 
     def _on_new_attempt(self, job_id: int, attempt: int) -> bool:
         with self._lock:
@@ -352,38 +372,7 @@ class Worker:
             entry.attempt = attempt
             return True
 
-    # -- writing outcomes ------------------------------------------------------------------------------
-    def _complete_loop(self) -> None:
-        while True:
-            try:
-                batch = [self._outcomes.get(timeout=0.05)]
-            except Empty:
-                if self._completer_done.is_set():
-                    return
-                continue
-            while len(batch) < COMPLETER_BATCH:
-                try:
-                    batch.append(self._outcomes.get_nowait())
-                except Empty:
-                    break
-            self._write(batch)
-
-    def _write(self, batch: list[tuple[Running, Outcome]]) -> None:
-        done = [(r, o) for r, o in batch if o.ok]
-        if done:
-            triples = [(r.job.id, o.attempt, o.result_json or "null") for r, o in done]
-            written = self._db(lambda: Job.objects.complete_many(self.worker_id, triples))
-            for entry, outcome in done:
-                confirmed = written is not None and (
-                    entry.job.id in written or self._resolve(entry, outcome, JobStatus.DONE)
-                )
-                self._forget(entry)
-                if confirmed:
-                    self._log_done(entry, outcome)
-        for entry, outcome in batch:
-            if not outcome.ok:
-                self._write_failure(entry, outcome)
-
+    # -- outcomes --------------------------------------------------------------------------------------
     def _write_failure(self, entry: Running, outcome: Outcome) -> None:
         job = entry.job
         status = self._db(
@@ -407,22 +396,6 @@ class Worker:
             signals.job_retried.send(
                 sender=Task, job=job, worker_id=self.worker_id, error=outcome.error, delay=outcome.backoff
             )
-
-    def _resolve(self, entry: Running, outcome: Outcome, expected: int) -> bool:
-        """A write the database did not confirm (connection lost mid-commit, then retried): re-read the
-        job. True when our write is what the row shows."""
-        state = self._db(lambda: Job.objects.state(entry.job.id))
-        ours = (
-            state is not None
-            and state[0] == expected
-            and state[1] == self.worker_id
-            and state[2] == outcome.attempt
-        )
-        if not ours:
-            logger.warning(
-                "job %s: outcome not recorded, the job is no longer ours (%s)", entry.job.id, state
-            )
-        return ours
 
     def _forget(self, entry: Running) -> None:
         with self._lock:
@@ -499,5 +472,4 @@ class Worker:
             # A sync function cannot be interrupted: fail the job now so it is retried; the slot stays busy
             # until the function returns, and whatever it returns then is discarded.
             error = format_error(JobTimeout(f"job {entry.job.id} ran past its timeout"))
-            outcome = Outcome(attempt=entry.attempt, error=error, backoff=None)
-            self._write_failure(entry, outcome)
+            self._write_failure(entry, Outcome(attempt=entry.attempt, error=error))

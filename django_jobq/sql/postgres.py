@@ -61,6 +61,8 @@ SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 # so the UPDATE touches exactly the rows selected and never more than the limit. The ORDER BY matches
 # the partial claim index (status PENDING: queue, priority, run_at, id). attempts += 1 makes the new
 # attempt number the fencing token for every later write by this owner.
+_OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
+
 _CLAIM = f"""
 WITH picked AS MATERIALIZED (
     SELECT id FROM jobq_job
@@ -80,7 +82,6 @@ CLAIM_ANY_QUEUE = _CLAIM.format(queue_filter="")
 CLAIM_ONE_QUEUE = _CLAIM.format(queue_filter="AND queue = %(queue)s")
 CLAIM_QUEUES = _CLAIM.format(queue_filter="AND queue = ANY(%(queues)s::text[])")
 
-_OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
 
 # complete: RUNNING -> DONE, only by the owner of this very attempt.
 COMPLETE = f"""
@@ -251,4 +252,33 @@ RETURNING id
 # job_state: re-read a job to resolve a write whose outcome is unknown (connection lost mid-commit).
 JOB_STATE = """
 SELECT status, worker_id, attempts FROM jobq_job WHERE id = %(id)s
+"""
+
+# complete_and_claim: the worker's cycle in one statement and one commit: mark the finished jobs of
+# one queue DONE (COMPLETE_MANY's guard) and claim up to %(limit)s more from it (CLAIM's fenced
+# selection). The two UPDATEs touch disjoint rows (RUNNING vs PENDING). One row always comes back
+# (the LEFT JOIN): the ids completed, then the claimed job's columns, NULL when nothing was claimed.
+COMPLETE_AND_CLAIM = f"""
+WITH done AS (
+    UPDATE jobq_job AS j
+    SET status = {DONE}, result = d.result::jsonb, finished_at = {NOW}, lease_until = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)
+    WHERE j.id = d.id AND j.status = {RUNNING} AND j.worker_id = %(worker_id)s AND j.attempts = d.attempt
+    RETURNING j.id
+), picked AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE status = {PENDING} AND run_at <= {NOW} AND queue = %(queue)s
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE jobq_job AS j
+    SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1,
+        started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s)
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.*
+)
+SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done) AS completed, claimed.*
+FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 """
