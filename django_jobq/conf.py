@@ -38,6 +38,7 @@ class JobqSettings:
     dead_retention_seconds: float = 30 * DAY  # DEAD jobs older than this are pruned by the reaper
     prune_batch: int = 5000  # rows deleted per pruning statement
     reap_interval: float = 5.0  # seconds between reaper passes
+    prepared_statements: bool = True  # prepare the queue's statements on the server (off for old poolers)
 
     def __post_init__(self) -> None:
         if self.clock not in ("database", "python"):

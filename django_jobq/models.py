@@ -68,9 +68,10 @@ class Job(models.Model):
         ]
         constraints = [
             # dedupe: at most one active (PENDING/RUNNING) job per key; enqueue uses ON CONFLICT on it.
+            # Jobs without a key are left out, so they cost this index nothing.
             models.UniqueConstraint(
                 fields=["dedupe_key"],
-                condition=models.Q(status__in=[JobStatus.PENDING, JobStatus.RUNNING]),
+                condition=models.Q(dedupe_key__isnull=False, status__in=[JobStatus.PENDING, JobStatus.RUNNING]),
                 name="jobq_job_dedupe",
             ),
         ]

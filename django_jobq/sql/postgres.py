@@ -14,8 +14,9 @@ NOW = "COALESCE(%(now)s::timestamptz, now())"
 
 PENDING, RUNNING, DONE, DEAD = 0, 1, 2, 3
 
-# The dedupe constraint's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
 _ACTIVE = f"status IN ({PENDING}, {RUNNING})"
+# The dedupe constraint's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
+_DEDUPE = f"dedupe_key IS NOT NULL AND {_ACTIVE}"
 
 # enqueue: insert one job. A concurrent insert of the same active dedupe_key waits for the first
 # transaction; if that commits, ON CONFLICT DO NOTHING returns no row (a duplicate), if it rolls back,
@@ -29,7 +30,7 @@ WITH job AS (
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, {PENDING}, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, {NOW}) + make_interval(secs => %(delay)s), 0,
             %(max_attempts)s, %(dedupe_key)s, '[]'::jsonb, {NOW})
-    ON CONFLICT (dedupe_key) WHERE {_ACTIVE} DO NOTHING
+    ON CONFLICT (dedupe_key) WHERE {_DEDUPE} DO NOTHING
     RETURNING id, queue
 )
 SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
@@ -47,7 +48,7 @@ WITH job AS (
     FROM unnest(%(tasks)s::text[], %(queues)s::text[], %(payloads)s::text[], %(priorities)s::smallint[],
                 %(run_ats)s::timestamptz[], %(max_attempts)s::int[], %(dedupe_keys)s::text[])
          AS u(task, queue, payload, priority, run_at, max_attempts, dedupe_key)
-    ON CONFLICT (dedupe_key) WHERE {_ACTIVE} DO NOTHING
+    ON CONFLICT (dedupe_key) WHERE {_DEDUPE} DO NOTHING
     RETURNING id, queue
 ), woken AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM job) AS q WHERE %(notify)s
@@ -117,7 +118,7 @@ SET status = CASE WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
     lease_until = NULL,
     last_error = %(error)s,
     errors = errors || jsonb_build_array(jsonb_build_object(
-        'attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s))
+        'attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text))
 WHERE id = %(id)s AND {_OWNED} AND attempts = COALESCE(%(attempt)s, attempts)
 RETURNING status
 """
@@ -232,7 +233,7 @@ UPDATE jobq_job
 SET attempts = attempts + 1, started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s),
     last_error = %(error)s,
     errors = errors || jsonb_build_array(jsonb_build_object(
-        'attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s))
+        'attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text))
 WHERE id = %(id)s AND {_OWNED} AND attempts = %(attempt)s AND attempts < max_attempts
 RETURNING attempts
 """
