@@ -71,7 +71,9 @@ class Job(models.Model):
             # Jobs without a key are left out, so they cost this index nothing.
             models.UniqueConstraint(
                 fields=["dedupe_key"],
-                condition=models.Q(dedupe_key__isnull=False, status__in=[JobStatus.PENDING, JobStatus.RUNNING]),
+                condition=models.Q(
+                    dedupe_key__isnull=False, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
+                ),
                 name="jobq_job_dedupe",
             ),
         ]
