@@ -188,3 +188,20 @@ def test_worker_refuses_a_lease_shorter_than_the_heartbeat(settings):
     settings.JOBQ = {"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 5}
     with pytest.raises(ConfigurationError, match="LEASE_SECONDS"):
         Worker({"default": 1})
+
+
+@pytest.mark.p0
+def test_jitter_spreads_two_series_of_retries_apart():
+    first = Job.objects.enqueue("test.always_fails", max_attempts=5)
+    second = Job.objects.enqueue("test.always_fails", max_attempts=5)
+    delays: dict[int, float] = {}
+    handler = lambda job, delay, **kw: delays.__setitem__(job.id, delay)  # noqa: E731
+    signals.job_retried.connect(handler)
+    try:
+        run_burst()
+    finally:
+        signals.job_retried.disconnect(handler)
+    a, b = Job.objects.get(id=first), Job.objects.get(id=second)
+    assert a.status == b.status == JobStatus.PENDING  # a 1000 s ceiling: re-enqueued, not retried in the slot
+    assert 0 <= delays[first] <= 1000 and 0 <= delays[second] <= 1000
+    assert delays[first] != delays[second] and a.run_at != b.run_at  # the same failure, spread apart
