@@ -31,13 +31,6 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 id="jobq.E003",
             )
         )
-    if conf.lease_seconds <= conf.heartbeat_seconds:
-        errors.append(
-            Error(
-                f'JOBQ["LEASE_SECONDS"] ({conf.lease_seconds}) must exceed JOBQ["HEARTBEAT_SECONDS"] '
-                f"({conf.heartbeat_seconds}), or live jobs lose their lease between heartbeats.",
-                hint="Use a lease of at least two or three heartbeat intervals.",
-                id="jobq.E004",
-            )
-        )
+    if problem := conf.lease_problem():
+        errors.append(Error(problem, hint="Use a lease of at least three heartbeat intervals.", id="jobq.E004"))
     return errors

@@ -65,6 +65,16 @@ class JobqSettings:
         if not self.notify_channel.isidentifier():
             raise ConfigurationError('JOBQ["NOTIFY_CHANNEL"] must be a plain identifier')
 
+    def lease_problem(self) -> str | None:
+        """Why the lease is too short for the heartbeat, or None. A lease must outlive one missed
+        heartbeat (a slow statement, a reconnect), so it must exceed twice the heartbeat interval."""
+        if self.lease_seconds > 2 * self.heartbeat_seconds:
+            return None
+        return (
+            f'JOBQ["LEASE_SECONDS"] ({self.lease_seconds}) must exceed twice JOBQ["HEARTBEAT_SECONDS"] '
+            f"({self.heartbeat_seconds}), or a single late heartbeat loses a running job's lease"
+        )
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> JobqSettings:
         known = {f.name.upper(): f.name for f in dataclasses.fields(cls)}

@@ -96,11 +96,8 @@ class Worker:
         reaper: Reaper | None = None,
     ):
         conf = jobq_settings()
-        if conf.lease_seconds <= conf.heartbeat_seconds:
-            raise ConfigurationError(
-                f'JOBQ["LEASE_SECONDS"] ({conf.lease_seconds}) must exceed JOBQ["HEARTBEAT_SECONDS"] '
-                f"({conf.heartbeat_seconds}) or running jobs lose their lease between heartbeats"
-            )
+        if problem := conf.lease_problem():
+            raise ConfigurationError(problem)
         if max_jobs is not None and max_jobs < 1:
             raise ConfigurationError("max_jobs must be >= 1")
         if grace < 0:
