@@ -1,0 +1,373 @@
+"""The queue's figures, read-only: what the admin dashboard and ``manage.py jobq_stats`` show.
+
+``snapshot()`` runs five bounded statements (django_jobq.sql.stats) and returns a frozen
+Snapshot; ``check()`` compares one with health thresholds; ``format_table()`` renders one for a terminal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+
+from .conf import jobq_settings
+from .models import Job, JobStatus
+from .sql import statements_for
+from .sql import stats as sql
+from .tasks import registered_tasks
+
+# DONE jobs are counted while there are at most this many (a pass over at most that many rows); above
+# it their number comes from the planner's statistics.
+EXACT_LIMIT = 10_000
+# Workers whose heartbeat is older than this are not listed; at most WORKERS_LIMIT are.
+WORKERS_RECENT_SECONDS = 600
+WORKERS_LIMIT = 50
+# A worker is "alive" while its last heartbeat is younger than this many heartbeat intervals.
+ALIVE_HEARTBEATS = 3
+MINUTES = 60  # length of the throughput history, in one-minute buckets
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueFigures:
+    """One queue's figures (or the sum over all queues, with queue "")."""
+
+    queue: str
+    pending: int = 0  # PENDING jobs, due now or scheduled later
+    due: int = 0  # PENDING jobs whose run_at has come: the backlog workers should be taking
+    lag: float | None = None  # seconds since the oldest due PENDING job became due; None: none due
+    running: int = 0  # RUNNING jobs
+    expired: int = 0  # RUNNING jobs whose lease has expired: their worker is gone, the reaper will retry them
+    dead: int = 0  # DEAD jobs kept (the dead letters)
+    done: int | None = 0  # DONE jobs kept; estimated when Snapshot.done_estimated; None: unknown
+    done_5m: int = 0  # jobs finished DONE in the last 5 minutes
+    done_60m: int = 0  # ... in the last 60 minutes
+    dead_5m: int = 0  # jobs that went DEAD (failed for good) in the last 5 minutes
+    dead_60m: int = 0  # ... in the last 60 minutes
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Minute:
+    """Jobs finished in one minute of the last hour; ago=0 is the last 60 seconds."""
+
+    ago: int
+    done: int
+    dead: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerFigures:
+    """One worker process as its last heartbeat described it."""
+
+    worker_id: str
+    hostname: str
+    pid: int
+    lanes: dict[str, int]  # queue -> slots
+    running: int
+    started_at: dt.datetime
+    last_seen_at: dt.datetime
+    stopped_at: dt.datetime | None
+    silent_for: float  # seconds since the last heartbeat
+    state: str  # "alive", "silent" (no heartbeat for ALIVE_HEARTBEATS intervals) or "stopped"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """Every figure, read at one moment of the database clock."""
+
+    now: dt.datetime
+    queues: tuple[QueueFigures, ...]  # sorted by name
+    total: QueueFigures  # sums over all queues; lag is the largest
+    done_estimated: bool  # DONE counts come from planner statistics, not a count
+    throughput: tuple[Minute, ...]  # MINUTES entries, oldest first
+    workers: tuple[WorkerFigures, ...]  # most recently seen first
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (timestamps as ISO 8601 strings)."""
+        return _jsonable(dataclasses.asdict(self))  # type: ignore[no-any-return]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeadGroup:
+    """DEAD jobs of one task that died of one exception class."""
+
+    task: str
+    exception: str  # from the last line of last_error, e.g. "ValueError"; "" when there is no error text
+    jobs: int
+    last_finished_at: dt.datetime | None
+
+
+class ExceptionClass(models.Func):
+    """The exception class named by the last line of an error text: "ValueError: boom" -> "ValueError".
+
+    A traceback's last line is "<class>: <message>"; the reaper's "lease expired: ..." gives
+    "lease expired". Computed by the database so that the dead letters can be grouped and filtered by it.
+    """
+
+    # The last line (split_part with a negative index, PostgreSQL 14+), then what precedes its first colon.
+    template = (
+        r"left(btrim(split_part(split_part(rtrim(coalesce(%(expressions)s, ''), E' \t\r\n'), E'\n', -1),"
+        r" ':', 1)), 200)"
+    )
+    output_field = models.TextField()
+
+
+def snapshot(*, exact: bool = False) -> Snapshot:
+    """Read every figure. ``exact=True`` counts DONE jobs even in a large table (a full pass)."""
+    connection = connections[jobq_settings().database]
+    statements_for(connection)  # refuses an engine it has no statements for
+    estimate = _run(connection, sql.DONE_ESTIMATE)
+    now: dt.datetime = estimate[0][0]
+    rows: float | None = estimate[0][1]
+    shares = {queue: share for _, _, queue, share in estimate if queue is not None}
+
+    figures: dict[str, dict[str, Any]] = defaultdict(dict)
+    for status, queue, jobs, flagged, oldest in _run(connection, sql.ACTIVE):
+        f = figures[queue]
+        if status == JobStatus.PENDING:
+            f.update(pending=jobs, due=flagged, lag=None if oldest is None else _seconds(now - oldest))
+        elif status == JobStatus.RUNNING:
+            f.update(running=jobs, expired=flagged)
+        else:
+            f.update(dead=jobs)
+
+    counted = _run(connection, sql.DONE_COUNT, limit=None if exact else EXACT_LIMIT + 1)
+    done_estimated = sum(jobs for _, jobs in counted) > EXACT_LIMIT and not exact
+    if done_estimated:
+        for queue in shares:
+            figures.setdefault(queue, {})  # a queue that only has DONE jobs is still listed
+        for queue, f in figures.items():
+            share = shares.get(queue)
+            others = f.get("pending", 0) + f.get("running", 0) + f.get("dead", 0)
+            f["done"] = None if rows is None or share is None else max(0, round(rows * share) - others)
+    else:
+        for queue, jobs in counted:
+            figures[queue]["done"] = jobs
+
+    buckets: dict[tuple[int, int], int] = defaultdict(int)  # (ago, status) -> jobs
+    for queue, status, ago, jobs in _run(connection, sql.FINISHED):
+        ago = min(max(ago, 0), MINUTES - 1)
+        buckets[ago, status] += jobs
+        f = figures[queue]
+        name = "done" if status == JobStatus.DONE else "dead"
+        f[f"{name}_60m"] = f.get(f"{name}_60m", 0) + jobs
+        if ago < 5:
+            f[f"{name}_5m"] = f.get(f"{name}_5m", 0) + jobs
+
+    queues = tuple(QueueFigures(queue=queue, **figures[queue]) for queue in sorted(figures))
+    throughput = tuple(
+        Minute(ago=ago, done=buckets[ago, JobStatus.DONE], dead=buckets[ago, JobStatus.DEAD])
+        for ago in reversed(range(MINUTES))
+    )
+    return Snapshot(
+        now=now,
+        queues=queues,
+        total=_total(queues),
+        done_estimated=done_estimated,
+        throughput=throughput,
+        workers=_workers(connection),
+    )
+
+
+def check(
+    snap: Snapshot,
+    *,
+    max_lag: float | None = None,
+    max_dead: int | None = None,
+    max_due: int | None = None,
+    max_expired: int | None = None,
+) -> list[str]:
+    """The thresholds ``snap`` crosses, one sentence each; empty when the queue is healthy."""
+    problems = []
+    for q in snap.queues:
+        if max_lag is not None and q.lag is not None and q.lag > max_lag:
+            problems.append(f"queue {q.queue}: lag {q.lag:.0f}s > {max_lag:g}s")
+        if max_due is not None and q.due > max_due:
+            problems.append(f"queue {q.queue}: {q.due} due jobs > {max_due}")
+    if max_dead is not None and snap.total.dead > max_dead:
+        problems.append(f"{snap.total.dead} dead jobs > {max_dead}")
+    if max_expired is not None and snap.total.expired > max_expired:
+        problems.append(f"{snap.total.expired} running jobs with an expired lease > {max_expired}")
+    return problems
+
+
+def dead_letter_groups(limit: int = 50) -> list[DeadGroup]:
+    """DEAD jobs grouped by task and exception class, largest groups first (at most ``limit``).
+
+    Reads the DEAD rows through the jobq_job_dead index: the cost follows the dead letters kept.
+    """
+    return [DeadGroup(**row) for row in dead_letter_query()[:limit]]
+
+
+def dead_letter_query() -> models.QuerySet[Any, Any]:
+    """The grouping query of dead_letter_groups (task, exception, jobs, last_finished_at), unsliced."""
+    return (
+        Job.objects.using(jobq_settings().database)
+        .filter(status=JobStatus.DEAD)
+        .annotate(exception=ExceptionClass("last_error"))
+        .values("task", "exception")
+        .annotate(jobs=models.Count("id"), last_finished_at=models.Max("finished_at"))
+        .order_by("-jobs", "task", "exception")
+    )
+
+
+def filter_names(limit: int = 500) -> tuple[list[str], list[str]]:
+    """(queues, tasks) worth offering as admin filters, read from bounded indexes and the registry.
+
+    Queues: those with PENDING, RUNNING or DEAD jobs, plus the registered tasks' queues. Tasks: the
+    registered ones plus those with dead letters. A name missing here can still be filtered on by URL.
+    """
+    connection = connections[jobq_settings().database]
+    queues, tasks = set(), set()
+    for task in registered_tasks().values():
+        queues.add(task.queue)
+        tasks.add(task.name)
+    for kind, name in _run(connection, sql.FILTER_NAMES, limit=limit):
+        (queues if kind == "queue" else tasks).add(name)
+    return sorted(queues), sorted(tasks)
+
+
+def format_table(snap: Snapshot) -> str:
+    """The snapshot as plain text: one line per queue, a total line, then the workers."""
+    approx = "~" if snap.done_estimated else ""
+    header = (
+        "queue",
+        "pending",
+        "due",
+        "lag",
+        "running",
+        "expired",
+        "dead",
+        "done",
+        "done 5m",
+        "done 60m",
+        "dead 5m",
+        "dead 60m",
+    )
+    lines = [header]
+    for q in (*snap.queues, snap.total):
+        done = "?" if q.done is None else f"{approx}{q.done}"
+        lines.append(
+            (
+                q.queue or "(all)",
+                str(q.pending),
+                str(q.due),
+                format_seconds(q.lag),
+                str(q.running),
+                str(q.expired),
+                str(q.dead),
+                done,
+                str(q.done_5m),
+                str(q.done_60m),
+                str(q.dead_5m),
+                str(q.dead_60m),
+            )
+        )
+    out = [f"django-jobq at {snap.now.isoformat(timespec='seconds')}", *_columns(lines)]
+    if snap.done_estimated:
+        out.append("~ DONE counts are planner estimates (jobq_stats --exact counts them)")
+    out.append("")
+    if snap.workers:
+        rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]
+        for w in snap.workers:
+            lanes = ",".join(f"{queue}:{slots}" for queue, slots in sorted(w.lanes.items()))
+            seen = f"{format_seconds(w.silent_for)} ago"
+            rows.append((w.worker_id, w.state, w.hostname, str(w.pid), lanes, str(w.running), seen))
+        out += _columns(rows)
+    else:
+        out.append(f"no worker seen in the last {WORKERS_RECENT_SECONDS // 60} minutes")
+    return "\n".join(out)
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A short duration: "-", "42s", "7m05s", "3h12m", "2d04h"."""
+    if seconds is None:
+        return "-"
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+def _run(connection: BaseDatabaseWrapper, statement: str, **params: Any) -> list[tuple[Any, ...]]:
+    params["now"] = timezone.now() if jobq_settings().clock == "python" else None
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
+
+
+def _seconds(delta: dt.timedelta) -> float:
+    return max(0.0, delta.total_seconds())
+
+
+def _total(queues: Sequence[QueueFigures]) -> QueueFigures:
+    sums: dict[str, Any] = {}
+    for field in dataclasses.fields(QueueFigures):
+        name = field.name
+        values = [getattr(q, name) for q in queues]
+        if name == "queue":
+            sums[name] = ""
+        elif name == "lag":
+            lags = [v for v in values if v is not None]
+            sums[name] = max(lags) if lags else None
+        elif name == "done":
+            sums[name] = None if None in values else sum(values)
+        else:
+            sums[name] = sum(values)
+    return QueueFigures(**sums)
+
+
+def _workers(connection: BaseDatabaseWrapper) -> tuple[WorkerFigures, ...]:
+    alive_for = ALIVE_HEARTBEATS * jobq_settings().heartbeat_seconds
+    workers = []
+    rows = _run(connection, sql.WORKERS, recent=WORKERS_RECENT_SECONDS, limit=WORKERS_LIMIT)
+    for worker_id, host, pid, lanes, running, started, seen, stopped, silent_for in rows:
+        state = "stopped" if stopped is not None else "alive" if silent_for <= alive_for else "silent"
+        workers.append(
+            WorkerFigures(
+                worker_id=worker_id,
+                hostname=host,
+                pid=pid,
+                lanes=json.loads(lanes) if isinstance(lanes, str) else lanes,
+                running=running,
+                started_at=started,
+                last_seen_at=seen,
+                stopped_at=stopped,
+                silent_for=silent_for,
+                state=state,
+            )
+        )
+    return tuple(workers)
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return value

@@ -1,0 +1,101 @@
+"""manage.py jobq_stats: the dashboard's figures in the terminal, and a health check.
+
+Exit status: 0 all thresholds hold, 1 a threshold is crossed, 2 bad arguments, 3 the figures could not
+be read (database error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from django_jobq import dashboard
+
+EXIT_CROSSED, EXIT_UNREADABLE = 1, 3
+
+
+def _positive(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be positive")
+    return number
+
+
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number >= 0")
+    return int(value)
+
+
+class Command(BaseCommand):
+    help = "Print the job queue's figures (per queue and status, lag, throughput, workers); exit 1 past a threshold."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="one JSON document per snapshot")
+        parser.add_argument(
+            "--watch", type=_positive, metavar="SECONDS", help="refresh every SECONDS until interrupted"
+        )
+        parser.add_argument(
+            "--exact", action="store_true", help="count DONE jobs even in a large table (a full pass)"
+        )
+        parser.add_argument(
+            "--max-lag",
+            type=_positive,
+            metavar="SECONDS",
+            help="crossed when a queue's oldest due job waits longer",
+        )
+        parser.add_argument(
+            "--max-due", type=_count, metavar="N", help="crossed when a queue has more due jobs"
+        )
+        parser.add_argument("--max-dead", type=_count, metavar="N", help="crossed when more jobs are DEAD")
+        parser.add_argument(
+            "--max-expired",
+            type=_count,
+            metavar="N",
+            help="crossed when more RUNNING jobs have an expired lease",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        thresholds = {
+            "max_lag": options["max_lag"],
+            "max_due": options["max_due"],
+            "max_dead": options["max_dead"],
+            "max_expired": options["max_expired"],
+        }
+        status = 0
+        try:
+            while True:
+                status = self._report(options, thresholds)
+                if options["watch"] is None:
+                    break
+                time.sleep(options["watch"])
+        except KeyboardInterrupt:
+            pass
+        if status:
+            raise CommandError("a threshold is crossed", returncode=status)
+
+    def _report(self, options: dict[str, Any], thresholds: dict[str, Any]) -> int:
+        try:
+            snap = dashboard.snapshot(exact=options["exact"])
+        except DatabaseError as exc:
+            raise CommandError(f"cannot read the queue's figures: {exc}", returncode=EXIT_UNREADABLE) from exc
+        problems = dashboard.check(snap, **thresholds)
+        if options["json"]:
+            self.stdout.write(json.dumps({**snap.as_dict(), "problems": problems}))
+        else:
+            if options["watch"] is not None and sys.stdout.isatty():
+                self.stdout.write("\x1b[H\x1b[2J", ending="")  # clear the screen between refreshes
+            self.stdout.write(dashboard.format_table(snap))
+            for problem in problems:
+                self.stderr.write(f"threshold crossed: {problem}")
+        self.stdout.flush()
+        return EXIT_CROSSED if problems else 0

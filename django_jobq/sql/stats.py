@@ -1,0 +1,106 @@
+"""PostgreSQL statements behind the admin dashboard and ``manage.py jobq_stats``.
+
+Every figure reads an index whose size follows live work (the backlog, the running jobs, the dead
+letters kept, the last hour of finished jobs), never the whole DONE history, so the page costs the same
+with a million finished jobs as with ten. The one figure that would need the whole history, the number
+of DONE jobs kept, is counted only while it is small and taken from the planner's statistics above
+that (DONE_COUNT, DONE_ESTIMATE). All statements here are read-only, except DELETE_INACTIVE,
+the admin's guarded delete.
+"""
+
+from .postgres import DEAD, DONE, NOW, PENDING, RUNNING
+
+# active: per queue, the PENDING, RUNNING and DEAD jobs. Each arm repeats its partial index's predicate
+# (status = …) so PostgreSQL reads jobq_job_claim, jobq_job_lease and jobq_job_dead respectively.
+#   PENDING: jobs, those due now, and the run_at of the oldest due one (the lag), all in the claim
+#            index (queue, priority, run_at, id), so an index-only scan.
+#   RUNNING: jobs, those whose lease has expired (waiting for the reaper), and the earliest lease end.
+#   DEAD:    jobs; index-only on (queue, task).
+ACTIVE = f"""
+SELECT {PENDING} AS status, queue, count(*) AS jobs,
+       count(*) FILTER (WHERE run_at <= {NOW}) AS flagged,
+       min(run_at) FILTER (WHERE run_at <= {NOW}) AS oldest
+FROM jobq_job WHERE status = {PENDING} GROUP BY queue
+UNION ALL
+SELECT {RUNNING}, queue, count(*), count(*) FILTER (WHERE lease_until < {NOW}), min(lease_until)
+FROM jobq_job WHERE status = {RUNNING} GROUP BY queue
+UNION ALL
+SELECT {DEAD}, queue, count(*), 0, NULL
+FROM jobq_job WHERE status = {DEAD} GROUP BY queue
+"""
+
+# done_estimate: the database clock, the planner's estimate of the table's rows and, per queue, the
+# share of rows that ANALYZE found in it (the most-common-values list of jobq_job.queue; lanes are few,
+# so every queue is in it). The row estimate is what the planner itself uses: reltuples from the last
+# ANALYZE/VACUUM scaled by the table's current size in pages. NULL rows: never analysed yet.
+# Reads only the catalogue: constant cost. One row even when there are no statistics (queue NULL).
+DONE_ESTIMATE = f"""
+WITH t AS (
+    SELECT c.oid, n.nspname,
+           CASE WHEN c.reltuples >= 0 AND c.relpages > 0
+                THEN c.reltuples / c.relpages
+                     * (pg_relation_size(c.oid) / current_setting('block_size')::float8) END AS rows
+    FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE c.oid = 'jobq_job'::regclass
+)
+SELECT {NOW} AS now, t.rows, v.queue, v.share
+FROM t
+LEFT JOIN pg_stats AS s
+       ON s.schemaname = t.nspname AND s.tablename = 'jobq_job' AND s.attname = 'queue'
+LEFT JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(queue, share) ON true
+"""
+
+# done_count: DONE jobs per queue, counted, reading at most %(limit)s of them (NULL: no limit, for
+# jobq_stats --exact). When the limit is reached the caller uses DONE_ESTIMATE instead, so the count is
+# exact for a small history and costs at most %(limit)s rows for a large one. The redundant
+# "finished_at IS NOT NULL" (every DONE job has one) lets the planner read jobq_job_finished instead of
+# the table when finished jobs are few among many active ones.
+DONE_COUNT = f"""
+SELECT queue, count(*) FROM (
+    SELECT queue FROM jobq_job WHERE status = {DONE} AND finished_at IS NOT NULL LIMIT %(limit)s
+) AS done
+GROUP BY queue
+"""
+
+# finished: jobs that reached DONE or DEAD in the last hour, per queue, status and minute ("minutes
+# ago", 0 = the last 60 seconds). The range on finished_at implies the partial index's predicate
+# (finished_at IS NOT NULL), so PostgreSQL reads jobq_job_finished for the last hour only. At most
+# queues x 2 x 60 rows come back; the 5- and 60-minute figures and the chart are sums of them.
+FINISHED = f"""
+SELECT queue, status, floor(extract(epoch FROM ({NOW} - finished_at)) / 60)::int AS ago, count(*)
+FROM jobq_job
+WHERE finished_at > {NOW} - interval '60 minutes' AND finished_at <= {NOW}
+  AND status IN ({DONE}, {DEAD})
+GROUP BY queue, status, ago
+"""
+
+# workers: the workers whose heartbeat was seen in the last %(recent)s seconds, newest first, at most
+# %(limit)s (jobq_worker_seen index), with how long ago each was seen.
+WORKERS = f"""
+SELECT worker_id, hostname, pid, lanes, running, started_at, last_seen_at, stopped_at,
+       extract(epoch FROM ({NOW} - last_seen_at))::float8 AS silent_for
+FROM jobq_worker
+WHERE last_seen_at > {NOW} - make_interval(secs => %(recent)s)
+ORDER BY last_seen_at DESC
+LIMIT %(limit)s
+"""
+
+# filter_names: queue and task names for the admin's filters, from the partial indexes only (the
+# backlog, the running jobs, the dead letters), never the DONE history; at most %(limit)s of them.
+FILTER_NAMES = f"""
+(SELECT 'queue', queue FROM jobq_job WHERE status = {PENDING}
+ UNION SELECT 'queue', queue FROM jobq_job WHERE status = {RUNNING}
+ UNION SELECT 'queue', queue FROM jobq_job WHERE status = {DEAD}
+ UNION SELECT 'task', task FROM jobq_job WHERE status = {DEAD})
+LIMIT %(limit)s
+"""
+
+# delete_inactive: the admin's delete. Deletes the named jobs whose status is one of %(statuses)s and
+# never a RUNNING one, whatever the parameter says: a job a worker owns finishes or fails through its
+# owner. In one statement, so a job claimed between the admin's page and this delete is re-checked on
+# its new row version and kept. Returns what it deleted, for the admin log.
+DELETE_INACTIVE = f"""
+DELETE FROM jobq_job
+WHERE id = ANY(%(ids)s::bigint[]) AND status = ANY(%(statuses)s::smallint[]) AND status <> {RUNNING}
+RETURNING id, task, status
+"""

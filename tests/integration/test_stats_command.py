@@ -1,0 +1,180 @@
+"""manage.py jobq_stats: the table, --json, --watch, and its exit status as a health check."""
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import OperationalError
+from django.utils import timezone
+
+from django_jobq import dashboard
+from django_jobq.management.commands import jobq_stats
+from django_jobq.models import Job, JobStatus, WorkerRecord
+from tests.conftest import ROOT, child_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+def seed() -> None:
+    """Two due jobs in "emails" (the oldest waiting 10 minutes), one dead letter in "default"."""
+    now = timezone.now()
+    Job.objects.create(task="test.echo", queue="emails", run_at=now - dt.timedelta(minutes=10))
+    Job.objects.create(task="test.echo", queue="emails", run_at=now - dt.timedelta(seconds=5))
+    Job.objects.create(
+        task="test.echo",
+        queue="default",
+        status=JobStatus.DEAD,
+        attempts=5,
+        finished_at=now,
+        last_error="KeyError: 'x'",
+    )
+    WorkerRecord.objects.create(
+        worker_id="host-1:42", hostname="host-1", pid=42, lanes={"emails": 4, "default": 2}
+    )
+
+
+def stats(*args: str) -> tuple[str, str, int]:
+    """Run the command in-process: (stdout, stderr, exit status)."""
+    out, err = StringIO(), StringIO()
+    try:
+        call_command("jobq_stats", *args, stdout=out, stderr=err)
+    except CommandError as exc:
+        return out.getvalue(), err.getvalue(), exc.returncode
+    return out.getvalue(), err.getvalue(), 0
+
+
+@pytest.mark.p1
+def test_table(python_clock):
+    seed()
+    out, err, status = stats()
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[1].split() == [
+        "queue",
+        "pending",
+        "due",
+        "lag",
+        "running",
+        "expired",
+        "dead",
+        "done",
+        "done",
+        "5m",
+        "done",
+        "60m",
+        "dead",
+        "5m",
+        "dead",
+        "60m",
+    ]
+    assert lines[2].split() == ["default", "0", "0", "-", "0", "0", "1", "0", "0", "0", "1", "1"]
+    assert lines[3].split()[:4] == ["emails", "2", "2", "10m00s"]
+    assert lines[4].split()[:3] == ["(all)", "2", "2"]
+    assert "host-1:42" in out and "alive" in out and "default:2,emails:4" in out
+
+
+@pytest.mark.p1
+def test_json(python_clock):
+    seed()
+    out, _, status = stats("--json", "--max-dead", "0")
+    assert status == 1
+    data = json.loads(out)
+    assert data["problems"] == ["1 dead jobs > 0"]
+    assert [q["queue"] for q in data["queues"]] == ["default", "emails"]
+    assert data["total"]["due"] == 2 and data["total"]["dead"] == 1 and data["done_estimated"] is False
+    assert 599 <= data["queues"][1]["lag"] < 620
+    assert len(data["throughput"]) == 60 and data["workers"][0]["lanes"] == {"default": 2, "emails": 4}
+    dt.datetime.fromisoformat(data["now"])
+
+
+@pytest.mark.p0
+@pytest.mark.parametrize(
+    ("args", "crossed"),
+    [
+        (("--max-lag", "900"), None),
+        (("--max-lag", "300"), "queue emails: lag 600s > 300s"),
+        (("--max-due", "2"), None),
+        (("--max-due", "1"), "queue emails: 2 due jobs > 1"),
+        (("--max-dead", "1"), None),
+        (("--max-dead", "0"), "1 dead jobs > 0"),
+        (("--max-expired", "0"), None),
+    ],
+)
+def test_thresholds_set_the_exit_status(python_clock, args, crossed):
+    seed()
+    out, err, status = stats(*args)
+    assert "emails" in out
+    if crossed is None:
+        assert (status, err) == (0, "")
+    else:
+        assert status == 1
+        assert err.splitlines() == [f"threshold crossed: {crossed}"]
+
+
+@pytest.mark.p1
+def test_watch_refreshes_until_interrupted(python_clock, monkeypatch):
+    seed()
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobq_stats.time, "sleep", sleep)
+    out, _, status = stats("--watch", "2.5", "--json", "--max-lag", "60")
+    assert sleeps == [2.5, 2.5]
+    assert [json.loads(line)["problems"] for line in out.splitlines()] == [
+        ["queue emails: lag 600s > 60s"]
+    ] * 2
+    assert status == 1  # the last snapshot's verdict
+
+
+@pytest.mark.p1
+def test_unreadable_figures_exit_3(monkeypatch):
+    def broken(**kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(dashboard, "snapshot", broken)
+    out, err, status = stats()
+    assert status == 3 and out == "" and err == ""  # the CommandError carries the message
+
+
+@pytest.mark.p1
+@pytest.mark.parametrize("args", [("--watch", "0"), ("--max-lag", "soon"), ("--max-dead", "-1")])
+def test_bad_arguments_are_refused(args):
+    with pytest.raises(CommandError, match="argument"):
+        call_command("jobq_stats", *args)
+
+
+@pytest.mark.p0
+@pytest.mark.django_db(transaction=True)
+def test_exit_codes_of_the_real_command():
+    """The process's own exit status, as a health check (cron, a container probe) sees it."""
+    seed()
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "django", "jobq_stats", *args]
+        return subprocess.run(command, env=child_env(), cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    ok = run("--max-lag", "3600")
+    assert ok.returncode == 0, ok.stderr
+    assert "emails" in ok.stdout
+    crossed = run("--max-lag", "60")
+    assert crossed.returncode == 1
+    assert "threshold crossed: queue emails: lag" in crossed.stderr
+    assert run("--watch", "0").returncode == 2
+    unreadable = subprocess.run(
+        [sys.executable, "-m", "django", "jobq_stats"],
+        env=child_env(DATABASE_URL="postgres://postgres@127.0.0.1:1/none"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unreadable.returncode == 3, unreadable.stderr
+    assert "cannot read the queue's figures" in unreadable.stderr
