@@ -32,5 +32,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     if problem := conf.lease_problem():
-        errors.append(Error(problem, hint="Use a lease of at least three heartbeat intervals.", id="jobq.E004"))
+        errors.append(
+            Error(problem, hint="Use a lease of at least three heartbeat intervals.", id="jobq.E004")
+        )
     return errors

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -84,3 +85,18 @@ def worker_thread():
         worker.stop()
         thread.join(timeout=30)
         assert not thread.is_alive(), "worker did not stop"
+
+
+def explain(sql: str, params: dict | None = None) -> dict:
+    """The JSON plan of ``sql`` (EXPLAIN, not run) with ``params`` bound; "now" defaults to NULL."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", {"now": None, **(params or {})})
+        plan = cursor.fetchone()[0]
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+def plan_nodes(plan: dict):
+    """Every node of a plan, depth first."""
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)

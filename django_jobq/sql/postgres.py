@@ -62,27 +62,26 @@ SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 # so the UPDATE touches exactly the rows selected and never more than the limit. The ORDER BY matches
 # the partial claim index (status PENDING: queue, priority, run_at, id). attempts += 1 makes the new
 # attempt number the fencing token for every later write by this owner.
-_OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
-
-_CLAIM = f"""
-WITH picked AS MATERIALIZED (
+_PICK = f"""picked AS MATERIALIZED (
     SELECT id FROM jobq_job
     WHERE status = {PENDING} AND run_at <= {NOW} {{queue_filter}}
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
-UPDATE jobq_job AS j
+)"""
+_TAKE = f"""UPDATE jobq_job AS j
 SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1,
     started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s)
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.*
-"""
-CLAIM_ANY_QUEUE = _CLAIM.format(queue_filter="")
-CLAIM_ONE_QUEUE = _CLAIM.format(queue_filter="AND queue = %(queue)s")
-CLAIM_QUEUES = _CLAIM.format(queue_filter="AND queue = ANY(%(queues)s::text[])")
+RETURNING j.*"""
+CLAIM_ANY_QUEUE = f"WITH {_PICK.format(queue_filter='')}\n{_TAKE}"
+CLAIM_ONE_QUEUE = f"WITH {_PICK.format(queue_filter='AND queue = %(queue)s')}\n{_TAKE}"
+CLAIM_QUEUES = f"WITH {_PICK.format(queue_filter='AND queue = ANY(%(queues)s::text[])')}\n{_TAKE}"
 
+# Owned by the caller: RUNNING under its worker_id (the attempt is checked by each statement).
+_OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
+_J_OWNED = f"j.status = {RUNNING} AND j.worker_id = %(worker_id)s"
 
 # complete: RUNNING -> DONE, only by the owner of this very attempt.
 COMPLETE = f"""
@@ -94,13 +93,11 @@ RETURNING id
 
 # complete_many: COMPLETE for a batch of (id, attempt, result) in one statement; rows whose guard
 # fails are simply not returned.
-COMPLETE_MANY = f"""
-UPDATE jobq_job AS j
+COMPLETE_MANY = f"""UPDATE jobq_job AS j
 SET status = {DONE}, result = d.result::jsonb, finished_at = {NOW}, lease_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)
-WHERE j.id = d.id AND j.{_OWNED.replace(" AND ", " AND j.")} AND j.attempts = d.attempt
-RETURNING j.id
-"""
+WHERE j.id = d.id AND {_J_OWNED} AND j.attempts = d.attempt
+RETURNING j.id"""
 
 _GIVE_UP = "(%(permanent)s OR attempts >= max_attempts)"
 
@@ -135,7 +132,7 @@ RETURNING id
 HEARTBEAT = f"""
 UPDATE jobq_job AS j SET lease_until = {NOW} + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
-WHERE j.id = h.id AND j.{_OWNED.replace(" AND ", " AND j.")} AND j.attempts = h.attempt
+WHERE j.id = h.id AND {_J_OWNED} AND j.attempts = h.attempt
 RETURNING j.id
 """
 
@@ -149,7 +146,7 @@ SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW},
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempts, 'at', {NOW}, 'worker', j.worker_id, 'error', 'released: worker shut down'))
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r(id, attempt)
-WHERE j.id = r.id AND j.{_OWNED.replace(" AND ", " AND j.")} AND j.attempts = r.attempt
+WHERE j.id = r.id AND {_J_OWNED} AND j.attempts = r.attempt
 RETURNING j.id
 """
 
@@ -260,26 +257,9 @@ SELECT status, worker_id, attempts FROM jobq_job WHERE id = %(id)s
 # selection). The two UPDATEs touch disjoint rows (RUNNING vs PENDING). One row always comes back
 # (the LEFT JOIN): the ids completed, then the claimed job's columns, NULL when nothing was claimed.
 COMPLETE_AND_CLAIM = f"""
-WITH done AS (
-    UPDATE jobq_job AS j
-    SET status = {DONE}, result = d.result::jsonb, finished_at = {NOW}, lease_until = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)
-    WHERE j.id = d.id AND j.status = {RUNNING} AND j.worker_id = %(worker_id)s AND j.attempts = d.attempt
-    RETURNING j.id
-), picked AS MATERIALIZED (
-    SELECT id FROM jobq_job
-    WHERE status = {PENDING} AND run_at <= {NOW} AND queue = %(queue)s
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE jobq_job AS j
-    SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1,
-        started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s)
-    FROM picked
-    WHERE j.id = picked.id
-    RETURNING j.*
-)
+WITH done AS ({COMPLETE_MANY}),
+{_PICK.format(queue_filter="AND queue = %(queue)s")},
+claimed AS ({_TAKE})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done) AS completed, claimed.*
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 """

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django_jobq import dashboard
 from django_jobq.models import Job, JobStatus, WorkerRecord
 from django_jobq.sql import stats
+from tests.conftest import explain, plan_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -543,22 +544,8 @@ def test_dashboard_needs_the_view_permission(staff, client):
 ROWS = 200_000
 
 
-def _plan(sql: str, params: dict | None = None) -> dict:
-    params = {"now": None, **(params or {})}
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
-
-
-def _nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
 def _seq_scans(plan: dict) -> list[str]:
-    return [n.get("Relation Name", "?") for n in _nodes(plan) if n["Node Type"] == "Seq Scan"]
+    return [n.get("Relation Name", "?") for n in plan_nodes(plan) if n["Node Type"] == "Seq Scan"]
 
 
 @pytest.mark.p1
@@ -582,15 +569,15 @@ def test_dashboard_queries_read_indexes_with_a_large_history(admin_client, djang
         )
         cursor.execute("ANALYZE jobq_job")
     for name in ("ACTIVE", "FINISHED", "FILTER_NAMES", "WORKERS", "DONE_ESTIMATE"):
-        plan = _plan(getattr(stats, name), {"limit": 50, "recent": 600})
+        plan = explain(getattr(stats, name), {"limit": 50, "recent": 600})
         assert "jobq_job" not in _seq_scans(plan), f"{name} scans jobq_job: {plan}"
     # The DONE count stops after EXACT_LIMIT + 1 rows, wherever it reads them from.
-    plan = _plan(stats.DONE_COUNT, {"limit": dashboard.EXACT_LIMIT + 1})
-    limits = [n for n in _nodes(plan) if n["Node Type"] == "Limit"]
+    plan = explain(stats.DONE_COUNT, {"limit": dashboard.EXACT_LIMIT + 1})
+    limits = [n for n in plan_nodes(plan) if n["Node Type"] == "Limit"]
     assert limits and limits[0]["Plan Rows"] <= dashboard.EXACT_LIMIT + 1
-    indexes = {n.get("Index Name") for n in _nodes(_plan(stats.ACTIVE))}
+    indexes = {n.get("Index Name") for n in plan_nodes(explain(stats.ACTIVE))}
     assert {"jobq_job_claim", "jobq_job_lease", "jobq_job_dead"} <= indexes
-    assert "jobq_job_finished" in {n.get("Index Name") for n in _nodes(_plan(stats.FINISHED))}
+    assert "jobq_job_finished" in {n.get("Index Name") for n in plan_nodes(explain(stats.FINISHED))}
     assert "Seq Scan" not in dashboard.dead_letter_query().explain()
 
     snap = dashboard.snapshot()

@@ -1,27 +1,13 @@
 """The claim's cost follows the backlog, not the finished history: it uses the partial claim index."""
 
-import json
-
 import pytest
 from django.db import connection
 
 from django_jobq.models import Job
 from django_jobq.sql import postgres
+from tests.conftest import explain, plan_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.p1, pytest.mark.django_db]
-
-
-def _plan(sql: str, params: dict) -> dict:
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
-
-
-def _nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
 
 
 def test_claim_uses_the_partial_index_with_a_large_done_history():
@@ -37,8 +23,8 @@ def test_claim_uses_the_partial_index_with_a_large_done_history():
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE jobq_job")
     params = {"worker_id": "w", "limit": 10, "lease": 30, "now": None, "queue": "default"}
-    plan = _plan(postgres.CLAIM_ONE_QUEUE, params)
-    nodes = list(_nodes(plan))
+    plan = explain(postgres.CLAIM_ONE_QUEUE, params)
+    nodes = list(plan_nodes(plan))
     picked = [n for n in nodes if n.get("Index Name") == "jobq_job_claim"]
     assert picked, (
         f"claim does not use jobq_job_claim: {[(n['Node Type'], n.get('Index Name')) for n in nodes]}"
