@@ -26,12 +26,20 @@ if TYPE_CHECKING:
 
 class _PreparedCursor(psycopg.Cursor[Any]):
     """Server-side binding with every statement prepared: the queue's few statements run thousands of
-    times per connection, so planning them once matters on the claim path."""
+    times per connection, so planning them once matters on the claim path. Django leaves the
+    connection's prepare_threshold at None (never prepare); it is lifted for this cursor's statements
+    only, so the application's own queries keep Django's behaviour."""
 
     def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = True, binary: bool | None = None
     ) -> Any:
-        return super().execute(query, params, prepare=prepare, binary=binary)
+        conn = self.connection
+        saved = conn.prepare_threshold
+        conn.prepare_threshold = 0 if saved is None else saved
+        try:
+            return super().execute(query, params, prepare=prepare, binary=binary)
+        finally:
+            conn.prepare_threshold = saved
 
 
 class NewJob(NamedTuple):

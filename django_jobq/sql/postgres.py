@@ -60,8 +60,10 @@ SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 # The selection locks its rows FOR UPDATE SKIP LOCKED, so concurrent claimers never wait for or take the
 # same row, and sits in a MATERIALIZED CTE: an optimisation fence the planner cannot inline or re-run,
 # so the UPDATE touches exactly the rows selected and never more than the limit. The ORDER BY matches
-# the partial claim index (status PENDING: queue, priority, run_at, id). attempts += 1 makes the new
-# attempt number the fencing token for every later write by this owner.
+# the partial claim index (status PENDING: queue, priority, run_at, id). The UPDATE finds the picked
+# rows by primary key (id = ANY(ARRAY(...)), an init plan), never by a join whose plan could scan the
+# table: the statement is prepared, and a generic plan must not depend on the limit's value.
+# attempts += 1 makes the new attempt number the fencing token for every later write by this owner.
 _PICK = f"""picked AS MATERIALIZED (
     SELECT id FROM jobq_job
     WHERE status = {PENDING} AND run_at <= {NOW} {{queue_filter}}
@@ -72,8 +74,7 @@ _PICK = f"""picked AS MATERIALIZED (
 _TAKE = f"""UPDATE jobq_job AS j
 SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1,
     started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s)
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.*"""
 CLAIM_ANY_QUEUE = f"WITH {_PICK.format(queue_filter='')}\n{_TAKE}"
 CLAIM_ONE_QUEUE = f"WITH {_PICK.format(queue_filter='AND queue = %(queue)s')}\n{_TAKE}"
@@ -92,11 +93,12 @@ RETURNING id
 """
 
 # complete_many: COMPLETE for a batch of (id, attempt, result) in one statement; rows whose guard
-# fails are simply not returned.
+# fails are simply not returned. (id = ANY(ids) keeps every plan, generic ones too, on the primary key;
+# the same holds for HEARTBEAT and RELEASE.)
 COMPLETE_MANY = f"""UPDATE jobq_job AS j
 SET status = {DONE}, result = d.result::jsonb, finished_at = {NOW}, lease_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)
-WHERE j.id = d.id AND {_J_OWNED} AND j.attempts = d.attempt
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.attempts = d.attempt
 RETURNING j.id"""
 
 _GIVE_UP = "(%(permanent)s OR attempts >= max_attempts)"
@@ -132,7 +134,7 @@ RETURNING id
 HEARTBEAT = f"""
 UPDATE jobq_job AS j SET lease_until = {NOW} + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
-WHERE j.id = h.id AND {_J_OWNED} AND j.attempts = h.attempt
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = h.id AND {_J_OWNED} AND j.attempts = h.attempt
 RETURNING j.id
 """
 
@@ -146,7 +148,7 @@ SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW},
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempts, 'at', {NOW}, 'worker', j.worker_id, 'error', 'released: worker shut down'))
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r(id, attempt)
-WHERE j.id = r.id AND {_J_OWNED} AND j.attempts = r.attempt
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = r.id AND {_J_OWNED} AND j.attempts = r.attempt
 RETURNING j.id
 """
 
