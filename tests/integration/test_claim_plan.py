@@ -1,4 +1,8 @@
-"""The claim's cost follows the backlog, not the finished history: it uses the partial claim index."""
+"""The hot statements' cost follows the backlog, not the finished history: they use the partial claim
+index and the primary key, in custom plans and in the generic plans of prepared statements alike."""
+
+import json
+import re
 
 import pytest
 from django.db import connection
@@ -9,21 +13,66 @@ from tests.conftest import explain, plan_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.p1, pytest.mark.django_db]
 
+HOT = {
+    "CLAIM_ONE_QUEUE": {"worker_id": "w", "limit": 10, "lease": 30, "queue": "default"},
+    "COMPLETE_AND_CLAIM": {
+        "worker_id": "w", "ids": [1, 2], "attempts": [1, 1], "results": ["null", "null"],
+        "limit": 10, "lease": 30, "queue": "default",
+    },
+    "COMPLETE_MANY": {"worker_id": "w", "ids": [1, 2], "attempts": [1, 1], "results": ["null", "null"]},
+    "HEARTBEAT": {"worker_id": "w", "ids": [1, 2], "attempts": [1, 1], "lease": 30},
+}  # fmt: skip
 
-def test_claim_uses_the_partial_index_with_a_large_done_history():
+
+def _insert(status: int, rows: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             """INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
                                      errors, created_at, finished_at)
-               SELECT 'test.noop', 'default', '{}', 2, 100, now(), 1, 5, '[]', now(), now()
-               FROM generate_series(1, 100000)"""
+               SELECT 'test.noop', 'default', '{}', %s, 100, now(), 1, 5, '[]', now(),
+                      CASE WHEN %s = 2 THEN now() END
+               FROM generate_series(1, %s)""",
+            [status, status, rows],
         )
+        cursor.execute("ANALYZE jobq_job")
+
+
+@pytest.fixture
+def large_history():
+    """100,000 DONE jobs and a backlog of 5, analysed."""
+    _insert(2, 100_000)
     for i in range(5):
         Job.objects.enqueue("test.noop", {"i": i})
+
+
+@pytest.fixture
+def busy_table():
+    """100,000 DONE jobs, a backlog of 20,000 and 20,000 RUNNING: a generic plan must still find the
+    rows it writes by primary key, whatever it guesses for the limit or the length of the id array."""
+    _insert(2, 100_000)
+    _insert(0, 20_000)
+    _insert(1, 20_000)
+
+
+def _generic_plan(sql: str, params: dict) -> dict:
+    """EXPLAIN of the generic plan PostgreSQL would reuse for ``sql`` as a prepared statement."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql)
+    values = {"now": None, **params}
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobq_job")
-    params = {"worker_id": "w", "limit": 10, "lease": 30, "now": None, "queue": "default"}
-    plan = explain(postgres.CLAIM_ONE_QUEUE, params)
+        cursor.execute(f"PREPARE jobq_generic AS {numbered}")
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        placeholders = ", ".join("%s" for _ in names)
+        cursor.execute(
+            f"EXPLAIN (FORMAT JSON) EXECUTE jobq_generic({placeholders})", [values[n] for n in names]
+        )
+        plan = cursor.fetchone()[0]
+        cursor.execute("DEALLOCATE jobq_generic")
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+def test_claim_uses_the_partial_index_with_a_large_done_history(large_history):
+    plan = explain(postgres.CLAIM_ONE_QUEUE, HOT["CLAIM_ONE_QUEUE"])
     nodes = list(plan_nodes(plan))
     picked = [n for n in nodes if n.get("Index Name") == "jobq_job_claim"]
     assert picked, (
@@ -33,3 +82,12 @@ def test_claim_uses_the_partial_index_with_a_large_done_history():
     # The rows the claim index yields are those of the backlog, not of the 100,000 DONE rows.
     assert all(n["Plan Rows"] < 1000 for n in picked)
     assert len(Job.objects.claim_batch("w", 10)) == 5
+
+
+@pytest.mark.parametrize("name", sorted(HOT))
+def test_generic_plans_of_hot_statements_never_scan_the_table(busy_table, name):
+    plan = _generic_plan(getattr(postgres, name), HOT[name])
+    scans = [(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan) if "Scan" in n["Node Type"]]
+    assert ("Seq Scan", None) not in scans, scans
+    assert not [s for s in scans if s[0] == "Bitmap Heap Scan"], scans
+    assert ("Index Scan", "jobq_job_pkey") in scans, scans
