@@ -205,3 +205,32 @@ def test_jitter_spreads_two_series_of_retries_apart():
     assert a.status == b.status == JobStatus.PENDING  # a 1000 s ceiling: re-enqueued, not retried in the slot
     assert 0 <= delays[first] <= 1000 and 0 <= delays[second] <= 1000
     assert delays[first] != delays[second] and a.run_at != b.run_at  # the same failure, spread apart
+
+
+def test_embedded_reaper_returns_expired_leases_and_the_worker_runs_them(worker_thread):
+    from django_jobq.reaper import Reaper
+
+    jid = Job.objects.enqueue("test.echo", {"x": 1})
+    assert Job.objects.claim("crashed-elsewhere", lease_seconds=0.2).id == jid
+    worker_thread({"default": 1}, reaper=Reaper(interval=0.1), poll_interval=0.1)
+    wait_until(lambda: Job.objects.get(id=jid).status == JobStatus.DONE, timeout=10, message="reaped and run")
+    job = Job.objects.get(id=jid)
+    assert job.attempts == 2 and "lease expired" in job.errors[0]["error"]
+
+
+def test_commands_refuse_bad_options_and_reap_once():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="SLOTS"):
+        call_command("jobq_worker", "--queues", "default:x")
+    with pytest.raises(CommandError, match="max_jobs"):
+        call_command("jobq_worker", "--max-jobs", "0")
+    Job.objects.enqueue("test.noop")
+    Job.objects.claim("gone", lease_seconds=0.01)
+    time.sleep(0.05)
+    out = StringIO()
+    call_command("jobq_reap", "--once", stdout=out)
+    assert out.getvalue().startswith("reaped 1,")
+    assert Job.objects.counts()["PENDING"] == 1
