@@ -42,7 +42,8 @@ class Listener(threading.Thread):
         delay = 0.1
         while not self.stopping.is_set():
             try:
-                with psycopg.connect(**connection_params(self.alias), autocommit=True) as conn:
+                params = {**connection_params(self.alias), "application_name": "jobq-listener"}
+                with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {self.channel}")  # channel is checked to be an identifier
                     self.connected.set()
                     delay = 0.1

@@ -234,3 +234,30 @@ def test_commands_refuse_bad_options_and_reap_once():
     call_command("jobq_reap", "--once", stdout=out)
     assert out.getvalue().startswith("reaped 1,")
     assert Job.objects.counts()["PENDING"] == 1
+
+
+@pytest.mark.p0
+def test_a_killed_listen_connection_is_replaced(worker_thread):
+    from django.db import connection
+
+    poll = 5.0
+    worker = worker_thread({"default": 1}, poll_interval=poll)
+    wait_until(lambda: worker.listener and worker.listener.connected.is_set(), message="LISTEN connected")
+
+    def listener_pids():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-listener'")
+            return [row[0] for row in cursor.fetchall()]
+
+    (old,) = listener_pids()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [old])
+    wait_until(
+        lambda: listener_pids() and listener_pids() != [old], timeout=10, message="a new LISTEN connection"
+    )
+    wait_until(worker.listener.connected.is_set, message="listening again")
+    time.sleep(0.2)  # idle again on the 5 s poll
+    jid = Job.objects.enqueue("test.noop")
+    wait_until(lambda: Job.objects.get(id=jid).status == JobStatus.DONE, timeout=poll * 2)
+    job = Job.objects.get(id=jid)
+    assert (job.started_at - job.created_at).total_seconds() < poll / 5  # woken, not polled
