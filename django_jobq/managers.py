@@ -18,26 +18,32 @@ from . import validation
 from .conf import jobq_settings
 from .exceptions import InvalidJob
 from .sql import statements_for
-from .tasks import find_task
+from .tasks import find_task, get_task
 
 if TYPE_CHECKING:
     from .models import Job, JobStatus
 
 
-class _PreparedCursor(psycopg.Cursor[Any]):
-    """Server-side binding with every statement prepared: the queue's few statements run thousands of
-    times per connection, so planning them once matters on the claim path. Django leaves the
-    connection's prepare_threshold at None (never prepare); it is lifted for this cursor's statements
-    only, so the application's own queries keep Django's behaviour."""
+class _QueueCursor(psycopg.Cursor[Any]):
+    """Server-side binding (so large arrays can travel in binary, %(name)b), every statement prepared
+    unless JOBQ["PREPARED_STATEMENTS"] is off: the queue's few statements run thousands of times per
+    connection, so planning them once matters on the claim path. Django leaves the connection's
+    prepare_threshold at None (never prepare); it is lifted for this cursor's statements only, so the
+    application's own queries keep Django's behaviour."""
+
+    def __init__(self, connection: psycopg.Connection[Any], *, prepare: bool) -> None:
+        super().__init__(connection)
+        self._prepare = prepare
 
     def execute(
-        self, query: Any, params: Any = None, *, prepare: bool | None = True, binary: bool | None = None
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
     ) -> Any:
         conn = self.connection
         saved = conn.prepare_threshold
-        conn.prepare_threshold = 0 if saved is None else saved
+        if self._prepare and saved is None:
+            conn.prepare_threshold = 0
         try:
-            return super().execute(query, params, prepare=prepare, binary=binary)
+            return super().execute(query, params, prepare=self._prepare, binary=binary)
         finally:
             conn.prepare_threshold = saved
 
@@ -64,14 +70,12 @@ class JobManager(models.Manager["Job"]):
         return statements_for(self.connection)
 
     def _cursor(self) -> CursorWrapper:
-        """A cursor whose statements are prepared on the server (planned once per connection),
-        wrapped like Django's own: errors become django.db errors, queries are logged in DEBUG."""
+        """A _QueueCursor wrapped like Django's own: errors become django.db errors, queries are logged
+        in DEBUG, execute wrappers apply."""
         connection = self.connection
-        if not jobq_settings().prepared_statements or connection.vendor != "postgresql":
-            return connection.cursor()
         connection.ensure_connection()
         with connection.wrap_database_errors:
-            raw = _PreparedCursor(connection.connection)
+            raw = _QueueCursor(connection.connection, prepare=jobq_settings().prepared_statements)
         if connection.queries_logged:
             return connection.make_debug_cursor(raw)  # type: ignore[arg-type]
         return connection.make_cursor(raw)  # type: ignore[arg-type]
@@ -109,29 +113,26 @@ class JobManager(models.Manager["Job"]):
             raise InvalidJob("lease_seconds must be positive")
         return lease
 
-    def _resolve(
-        self, task: str, payload: Any, queue: str | None, priority: int | None, max_attempts: int | None
-    ) -> dict[str, Any]:
-        conf = jobq_settings()
+    def _options(
+        self, task: str, queue: str | None, priority: int | None, max_attempts: int | None
+    ) -> tuple[str, str, int, int]:
+        """(task, queue, priority, max_attempts), checked, with the registered task's defaults."""
         validation.name(task, "task")
         registered = find_task(task)
-        if registered is None and conf.strict_tasks:
-            from .tasks import get_task
-
+        if registered is None and jobq_settings().strict_tasks:
             get_task(task)  # raises UnknownTask with the name in the message
         if queue is None:
             queue = registered.queue if registered else "default"
         if priority is None:
             priority = registered.priority if registered else 100
         if max_attempts is None:
-            max_attempts = (registered and registered.max_attempts) or conf.max_attempts
-        return {
-            "task": task,
-            "payload": validation.payload_json(payload, conf.max_payload_bytes),
-            "queue": validation.name(queue, "queue"),
-            "priority": validation.priority(priority),
-            "max_attempts": validation.max_attempts(max_attempts),
-        }
+            max_attempts = (registered and registered.max_attempts) or jobq_settings().max_attempts
+        return (
+            task,
+            validation.name(queue, "queue"),
+            validation.priority(priority),
+            validation.max_attempts(max_attempts),
+        )
 
     # -- producing -------------------------------------------------------------------------------------
     def enqueue(
@@ -150,34 +151,42 @@ class JobManager(models.Manager["Job"]):
 
         queue/priority/max_attempts default to the registered task's, then "default"/100/JOBQ["MAX_ATTEMPTS"].
         """
-        params = self._resolve(task, payload, queue, priority, max_attempts)
+        conf = jobq_settings()
+        task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
+        params: dict[str, Any] = {
+            "task": task, "queue": queue, "priority": priority, "max_attempts": max_attempts,
+            "payload": validation.payload_json(payload, conf.max_payload_bytes),
+        }  # fmt: skip
         params["run_at"] = None if run_at is None else validation.aware(run_at, "run_at")
         params["delay"] = 0.0 if delay is None else validation.seconds(delay, "delay")
         params["dedupe_key"] = validation.dedupe_key(dedupe_key)
-        conf = jobq_settings()
         params["notify"], params["channel"] = conf.notify, conf.notify_channel
         rows = self._execute(self._sql().ENQUEUE, params)
         return rows[0][0] if rows else None
 
     def enqueue_many(self, jobs: Iterable[NewJob]) -> list[int]:
-        """Insert many jobs in one statement; the ids of those inserted (duplicates are skipped)."""
-        columns: dict[str, list[Any]] = {
-            k: []
-            for k in ("tasks", "queues", "payloads", "priorities", "run_ats", "max_attempts", "dedupe_keys")
-        }
-        for job in jobs:
-            p = self._resolve(job.task, job.payload, job.queue, job.priority, job.max_attempts)
-            columns["tasks"].append(p["task"])
-            columns["queues"].append(p["queue"])
-            columns["payloads"].append(p["payload"])
-            columns["priorities"].append(p["priority"])
-            columns["max_attempts"].append(p["max_attempts"])
-            columns["run_ats"].append(None if job.run_at is None else validation.aware(job.run_at, "run_at"))
-            columns["dedupe_keys"].append(validation.dedupe_key(job.dedupe_key))
-        if not columns["tasks"]:
-            return []
+        """Insert many jobs in one statement; the ids of those inserted (duplicates are skipped).
+        Nothing is written if any job is invalid."""
         conf = jobq_settings()
-        params: dict[str, Any] = {**columns, "notify": conf.notify, "channel": conf.notify_channel}
+        options: dict[tuple[Any, ...], tuple[str, str, int, int]] = {}  # most jobs share their options
+        rows = []
+        for job in jobs:
+            key = (job.task, job.queue, job.priority, job.max_attempts)
+            if key not in options:
+                options[key] = self._options(*key)
+            rows.append((
+                *options[key],
+                validation.payload_json(job.payload, conf.max_payload_bytes),
+                None if job.run_at is None else validation.aware(job.run_at, "run_at"),
+                validation.dedupe_key(job.dedupe_key),
+            ))  # fmt: skip
+        if not rows:
+            return []
+        names = ("tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys")
+        params: dict[str, Any] = dict(
+            zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
+        )
+        params.update(notify=conf.notify, channel=conf.notify_channel)
         return [row[0] for row in self._execute(self._sql().ENQUEUE_MANY, params)]
 
     # -- consuming -------------------------------------------------------------------------------------

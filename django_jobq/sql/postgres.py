@@ -36,7 +36,8 @@ WITH job AS (
 SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
 """
 
-# enqueue_many: the same insert for many jobs from parallel arrays (one round trip). Duplicates,
+# enqueue_many: the same insert for many jobs from parallel arrays, sent in binary (one round trip, no
+# per-element quoting). Duplicates,
 # against active jobs or within the batch, are skipped by ON CONFLICT DO NOTHING. One notification
 # per distinct queue.
 ENQUEUE_MANY = f"""
@@ -45,8 +46,8 @@ WITH job AS (
                           dedupe_key, errors, created_at)
     SELECT u.task, u.queue, u.payload::jsonb, {PENDING}, u.priority,
            COALESCE(u.run_at, {NOW}), 0, u.max_attempts, u.dedupe_key, '[]'::jsonb, {NOW}
-    FROM unnest(%(tasks)s::text[], %(queues)s::text[], %(payloads)s::text[], %(priorities)s::smallint[],
-                %(run_ats)s::timestamptz[], %(max_attempts)s::int[], %(dedupe_keys)s::text[])
+    FROM unnest(%(tasks)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::smallint[],
+                %(run_ats)b::timestamptz[], %(max_attempts)b::int[], %(dedupe_keys)b::text[])
          AS u(task, queue, payload, priority, run_at, max_attempts, dedupe_key)
     ON CONFLICT (dedupe_key) WHERE {_DEDUPE} DO NOTHING
     RETURNING id, queue
