@@ -62,6 +62,7 @@ class Running:
     lane: Lane
     deadline: float | None  # monotonic time after which the timeout watchdog fails the job
     timed_out: bool = False
+    writing: bool = False  # its outcome is being written: the row may leave RUNNING at any moment
 
 
 @dataclass(eq=False)
@@ -265,6 +266,9 @@ class Worker:
     def _dispatch(self, lane: Lane) -> None:
         try:
             while (outcomes := self._wait_for_work(lane)) is not None:
+                with self._lock:
+                    for entry, _ in outcomes:
+                        entry.writing = True
                 successes = [(r, o) for r, o in outcomes if o.ok]
                 for entry, outcome in outcomes:
                     if not outcome.ok:
@@ -436,7 +440,8 @@ class Worker:
         with self._lock:
             lost = [
                 job_id for job_id, attempt in held
-                if job_id not in renewed and (r := self._running.get(job_id)) and r.attempt == attempt
+                if job_id not in renewed
+                and (r := self._running.get(job_id)) and r.attempt == attempt and not r.writing
             ]  # fmt: skip
         if lost:
             logger.warning(
