@@ -1,0 +1,128 @@
+"""The workloads (W1-W6) and which systems each one measures."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from bench.common import Sizes
+from bench.systems import System
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    key: str  # "W2 c4"
+    group: str  # "W2", for --workloads
+    title: str  # what it measures, for the output
+    op: str  # bench.child operation
+    params: dict[str, Any]
+    applies: Callable[[type[System]], bool]
+    skip_reason: str = ""  # why systems it does not apply to show "—"
+
+
+def _queues(cls: type[System]) -> bool:
+    return cls.name != "psycopg"
+
+
+def workloads(s: Sizes) -> list[Workload]:
+    """In the order they run: W5 last, since its million-row insert leaves WAL and dirty pages behind."""
+    drain = {"jobs": s.drain_jobs, "kind": "noop", "deadline": s.deadline}
+    out = [
+        Workload(
+            key="W1 single",
+            group="W1",
+            title=f"enqueue {s.enqueue_jobs:,} jobs, one call (one transaction) each, jobs/s",
+            op="enqueue_single",
+            params={"jobs": s.enqueue_jobs, "deadline": s.deadline},
+            applies=lambda cls: True,
+        ),
+        Workload(
+            key="W1 bulk",
+            group="W1",
+            title=f"enqueue {s.enqueue_jobs:,} jobs in one call of the bulk API (psycopg: COPY), jobs/s",
+            op="enqueue_bulk",
+            params={"jobs": s.enqueue_jobs},
+            applies=lambda cls: cls.bulk_api is not None,
+            skip_reason="no bulk enqueue API",
+        ),
+        Workload(
+            key="W1 executemany",
+            group="W1",
+            title=f"enqueue {s.enqueue_jobs:,} jobs with psycopg executemany in one transaction, jobs/s",
+            op="enqueue_bulk",
+            params={"jobs": s.enqueue_jobs, "executemany": True},
+            applies=lambda cls: cls.name == "psycopg",
+        ),
+    ]
+    for batch in s.ceiling_batches:
+        out.append(
+            Workload(
+                key=f"W4 b{batch}",
+                group="W4",
+                title=f"plain psycopg claim/finish, {s.ceiling_processes} processes, batch {batch}, "
+                f"{s.ceiling_jobs:,} jobs, jobs/s",
+                op="ceiling",
+                params={"jobs": s.ceiling_jobs, "batch": batch, "processes": s.ceiling_processes},
+                applies=lambda cls: cls.name == "psycopg",
+            )
+        )
+    for concurrency in s.drain_concurrency:
+        out.append(
+            Workload(
+                key=f"W2 c{concurrency}",
+                group="W2",
+                title=f"drain {s.drain_jobs:,} no-op jobs, total concurrency {concurrency}, jobs/s",
+                op="drain",
+                params={**drain, "concurrency": concurrency},
+                applies=_queues,
+            )
+        )
+    out += [
+        Workload(
+            key="W3",
+            group="W3",
+            title=f"idle workers (concurrency {s.latency_concurrency}); {s.latency_jobs} jobs enqueued "
+            f"{s.latency_gap * 1000:g} ms apart; enqueue call -> function start, ms",
+            op="latency",
+            params={"jobs": s.latency_jobs, "gap": s.latency_gap, "concurrency": s.latency_concurrency},
+            applies=_queues,
+        ),
+        Workload(
+            key=f"W6 c{s.sleep_concurrency}",
+            group="W6",
+            title=f"drain {s.sleep_jobs:,} jobs that sleep {s.sleep_seconds * 1000:g} ms, concurrency "
+            f"{s.sleep_concurrency}, jobs/s (ideal {s.sleep_concurrency / s.sleep_seconds:,.0f})",
+            op="drain",
+            params={
+                "jobs": s.sleep_jobs,
+                "kind": "sleep",
+                "deadline": s.deadline,
+                "concurrency": s.sleep_concurrency,
+                "sleep_seconds": s.sleep_seconds,
+            },
+            applies=_queues,
+        ),
+        Workload(
+            key="W5 history",
+            group="W5",
+            title=f"W2 (concurrency 4) with {s.history_rows:,} DONE rows in the table, jobs/s",
+            op="drain",
+            params={**drain, "concurrency": 4, "history": s.history_rows},
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's own table growth",
+        ),
+        Workload(
+            key="W5 backlog",
+            group="W5",
+            title=f"W2 (concurrency 4) with a {s.backlog_jobs:,}-job PENDING backlog, jobs/s",
+            op="drain",
+            params={**drain, "concurrency": 4, "backlog": s.backlog_jobs},
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's own table growth",
+        ),
+    ]
+    return out
+
+
+GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6")

@@ -1,0 +1,198 @@
+"""Turn the runs into one table (text or Markdown), the ratios and the targets of the suite."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from bench.common import Sizes, summary
+from bench.plan import Workload
+from bench.systems import PEERS, SYSTEMS
+
+JOBQ = "jobq"
+CEILING = "psycopg"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    key: str  # "W3 p99"
+    workload: str  # "W3"
+    field: str  # "rate", "p50", ...
+    unit: str  # "jobs/s" or "ms"
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.unit == "ms"
+
+
+def rows(plan: list[Workload]) -> list[Row]:
+    out = []
+    for w in plan:
+        if w.op == "latency":
+            out += [Row(f"{w.key} {q}", w.key, q, "ms") for q in ("p50", "p95", "p99")]
+        elif w.op != "install":
+            out.append(Row(w.key, w.key, "rate", "jobs/s"))
+    return out
+
+
+def cell(runs: list[dict[str, Any]] | None, field: str) -> dict[str, Any] | None:
+    """Median and min-max of one figure over the runs; None when not measured."""
+    if not runs:
+        return None
+    errors = [r["error"] for r in runs if "error" in r]
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return {"error": errors[-1]}
+    stats: dict[str, Any] = summary([float(r[field]) for r in good])
+    stats["runs"] = len(good)
+    stats["partial"] = any(r.get("partial") for r in good)
+    if errors:
+        stats["errors"] = errors
+    return stats
+
+
+def table(results: dict[str, dict[str, list[dict[str, Any]]]], plan: list[Workload], sizes: Sizes,
+          systems: list[str]) -> list[dict[str, Any]]:  # fmt: skip
+    """One dict per row: the cells per system and django-jobq's ratios."""
+    out = []
+    for row in rows(plan):
+        cells = {name: cell(results.get(row.workload, {}).get(name), row.field) for name in systems}
+        medians = {n: c["median"] for n, c in cells.items() if c and "median" in c}
+        entry: dict[str, Any] = {"row": row.key, "unit": row.unit, "cells": cells}
+        jobq = medians.get(JOBQ)
+        peer_values = {n: v for n, v in medians.items() if n in PEERS}
+        if jobq and peer_values and not row.workload.startswith(("W4", "W5")):
+            if row.lower_is_better:
+                best = min(peer_values, key=lambda n: peer_values[n])
+                entry["vs_best_peer"] = peer_values[best] / jobq
+            else:
+                best = max(peer_values, key=lambda n: peer_values[n])
+                entry["vs_best_peer"] = jobq / peer_values[best]
+            entry["best_peer"] = best
+        reference = _reference(row, results, sizes)
+        if jobq and reference:
+            label, value = reference
+            entry["vs_reference"], entry["reference"] = jobq / value, label
+        out.append(entry)
+    return out
+
+
+def _median(results: dict[str, Any], workload: str, system: str, field: str = "rate") -> float | None:
+    c = cell(results.get(workload, {}).get(system), field)
+    return c["median"] if c and "median" in c else None
+
+
+def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, float] | None:
+    """What django-jobq's figure is compared with besides the peers: the plain-psycopg ceiling, W2 for
+    W5, and the ideal rate for W6."""
+    w = row.workload
+    if w == "W1 single":
+        value = _median(results, w, CEILING)
+        return ("plain psycopg INSERT", value) if value else None
+    if w == "W1 bulk":
+        value = _median(results, w, CEILING)
+        return ("plain psycopg COPY", value) if value else None
+    if w.startswith("W2 c"):
+        batch = ceiling_batch(int(w[4:]), sizes)
+        value = _median(results, f"W4 b{batch}", CEILING)
+        return (f"W4 batch {batch}", value) if value else None
+    if w.startswith("W5"):
+        value = _median(results, "W2 c4", JOBQ)
+        return ("django-jobq W2 c4", value) if value else None
+    if w.startswith("W6"):
+        return (
+            f"ideal {sizes.sleep_concurrency}/{sizes.sleep_seconds:g} s",
+            sizes.sleep_concurrency / sizes.sleep_seconds,
+        )
+    return None
+
+
+def ceiling_batch(concurrency: int, sizes: Sizes) -> int:
+    """The W4 batch to hold django-jobq's drain against: a jobq worker claims at most its free slots,
+    so the smallest measured batch >= its slots per process."""
+    slots = max(SYSTEMS[JOBQ].layout(concurrency))
+    fitting = [b for b in sorted(sizes.ceiling_batches) if b >= slots]
+    return fitting[0] if fitting else max(sizes.ceiling_batches)
+
+
+def targets(results: dict[str, Any], table_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The targets of the suite, each met, missed or not measured."""
+    by_row = {r["row"]: r for r in table_rows}
+
+    def ratio(row: str, key: str) -> float | None:
+        return by_row.get(row, {}).get(key)
+
+    def jobq(row: str, field: str = "rate") -> float | None:
+        workload = row.split(" p")[0] if row.startswith("W3") else row
+        return _median(results, workload, JOBQ, field)
+
+    checks = [
+        ("W2 drain c4 >= 4x best peer", ratio("W2 c4", "vs_best_peer"), 4.0, ">="),
+        ("W2 drain c4 >= 0.6x W4 ceiling, same batch", ratio("W2 c4", "vs_reference"), 0.6, ">="),
+        ("W1 single enqueue >= 1.5x best peer", ratio("W1 single", "vs_best_peer"), 1.5, ">="),
+        ("W1 bulk enqueue >= 50,000 jobs/s", jobq("W1 bulk"), 50_000.0, ">="),
+        ("W3 p50 <= 3 ms", jobq("W3 p50", "p50"), 3.0, "<="),
+        ("W3 p99 <= 15 ms", jobq("W3 p99", "p99"), 15.0, "<="),
+        ("W5 history >= 0.9x W2", ratio("W5 history", "vs_reference"), 0.9, ">="),
+        ("W5 backlog >= 0.9x W2", ratio("W5 backlog", "vs_reference"), 0.9, ">="),
+    ]
+    out = []
+    for name, value, bound, op in checks:
+        met = None if value is None else (value >= bound if op == ">=" else value <= bound)
+        out.append({"target": name, "value": value, "met": met})
+    return out
+
+
+# -- rendering -------------------------------------------------------------------------------------
+def fmt_value(value: float, unit: str) -> str:
+    if unit == "ms":
+        return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+    return f"{value:,.0f}"
+
+
+def fmt_cell(c: dict[str, Any] | None, unit: str, na: str) -> str:
+    if c is None:
+        return na
+    if "error" in c:
+        return "error"
+    text = f"{fmt_value(c['median'], unit)} ({fmt_value(c['min'], unit)}-{fmt_value(c['max'], unit)})"
+    return text + ("*" if c["partial"] else "") + ("!" if c.get("errors") else "")
+
+
+def fmt_ratio(entry: dict[str, Any], key: str, label_key: str) -> str:
+    if key not in entry:
+        return ""
+    return f"{entry[key]:.2f}x {SYSTEMS[entry[label_key]].label if label_key == 'best_peer' else entry[label_key]}"
+
+
+def render(table_rows: list[dict[str, Any]], systems: list[str], *, markdown: bool) -> str:
+    header = ["Workload", *[SYSTEMS[n].label for n in systems], "jobq vs best peer", "jobq vs reference"]
+    body = []
+    for entry in table_rows:
+        unit = entry["unit"]
+        body.append(
+            [
+                f"{entry['row']} ({unit})",
+                *[fmt_cell(entry["cells"][n], unit, "—") for n in systems],
+                fmt_ratio(entry, "vs_best_peer", "best_peer"),
+                fmt_ratio(entry, "vs_reference", "reference"),
+            ]
+        )
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+    return "\n".join(lines)
+
+
+def render_targets(checks: list[dict[str, Any]], *, markdown: bool) -> str:
+    lines = []
+    for c in checks:
+        state = "not measured" if c["met"] is None else ("met" if c["met"] else "MISSED")
+        value = "" if c["value"] is None else f" (measured {c['value']:,.2f})"
+        lines.append(f"{'- ' if markdown else '  '}{c['target']}: {state}{value}")
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""django-jobq: Job.objects.enqueue / enqueue_many; the jobq_worker command (threads, LISTEN/NOTIFY)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from bench.systems.base import System, migrate, setup_django
+
+TASKS = {"noop": "bench.noop", "sleep": "bench.sleep", "latency": "bench.latency"}
+
+
+class Jobq(System):
+    name = "jobq"
+    label = "django-jobq"
+    distribution = "django-jobq"
+    modules = ("django_jobq", "django")
+    peer = False
+    uses_django = True
+    bulk_api = "Job.objects.enqueue_many"
+    # Two counts, each matching a partial index's predicate (claim: PENDING; lease: RUNNING), so the
+    # poll stays cheap however much history the table holds (status IN (0, 1) would scan it all).
+    remaining_sql = "SELECT (SELECT count(*) FROM jobq_job WHERE status = 0) + (SELECT count(*) FROM jobq_job WHERE status = 1)"
+    worker_note = "jobq_worker, threads; LISTEN/NOTIFY, 1 s poll"
+
+    def open(self) -> None:
+        setup_django(self.name, self.db_url)
+
+    def install(self) -> None:
+        self.open()
+        migrate()
+
+    def enqueue(self, kind: str = "noop", key: int = 0) -> None:
+        from django_jobq.models import Job
+
+        Job.objects.enqueue(TASKS[kind], {"key": key} if kind == "latency" else {})
+
+    def enqueue_bulk(self, n: int, kind: str = "noop") -> None:
+        from django_jobq.managers import NewJob
+        from django_jobq.models import Job
+
+        task = TASKS[kind]
+        Job.objects.enqueue_many(NewJob(task, {}) for _ in range(n))
+
+    def serve(self, slots: int, total: int, ready: Callable[[], None]) -> None:
+        from django.core.management import call_command
+
+        setup_django(self.name, self.db_url)
+        ready()
+        call_command("jobq_worker", "--queues", f"default:{slots}")
+
+    # -- W5: the same drain with a big table -----------------------------------------------------------
+    def insert_history(self, conn: Any, rows: int) -> None:
+        """``rows`` DONE jobs, as finished work leaves them, in one statement; then VACUUM ANALYZE."""
+        conn.execute(
+            """
+            INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
+                                  worker_id, result, errors, created_at, started_at, finished_at)
+            SELECT 'bench.noop', 'default', '{}'::jsonb, 2, 100, t, 1, 5, 'history', 'null'::jsonb,
+                   '[]'::jsonb, t, t, t
+            FROM (SELECT now() - make_interval(secs => g / 100.0) AS t
+                  FROM generate_series(1, %s) AS g) AS s
+            """,
+            [rows],
+        )
+        conn.execute("VACUUM ANALYZE jobq_job")
+        # Flush the load's dirty pages now, as a table whose history built up over time would have them,
+        # instead of during the measurement (needs superuser or pg_checkpoint; skipped without).
+        with contextlib.suppress(Exception):
+            conn.execute("CHECKPOINT")
+
+    def insert_pending(self, conn: Any, rows: int) -> None:
+        """``rows`` due PENDING jobs in one statement (and one notification, as enqueue_many sends)."""
+        with conn.transaction():
+            conn.execute(
+                """
+                INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts,
+                                      max_attempts, errors, created_at)
+                SELECT 'bench.noop', 'default', '{}'::jsonb, 0, 100, now(), 0, 5, '[]'::jsonb, now()
+                FROM generate_series(1, %s)
+                """,
+                [rows],
+            )
+            conn.execute("SELECT pg_notify('jobq', 'default')")
+
+    def finished(self, conn: Any) -> int:
+        """Jobs that have finished (the partial finished_at index; cheap while the history is empty)."""
+        return int(conn.execute("SELECT count(*) FROM jobq_job WHERE finished_at IS NOT NULL").fetchone()[0])

@@ -1,0 +1,70 @@
+"""A quick run of the benchmark suite (tiny sizes) so that it cannot rot. No timing is asserted."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, child_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.p1]
+
+PEERS = ["procrastinate", "pgqueuer", "tasks_db", "ox", "q2"]
+
+
+def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = child_env()
+    env.pop("DJANGO_SETTINGS_MODULE")  # each benchmark process configures Django for its own system
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_every_system_is_available_or_says_why():
+    listing = bench("--list").stdout.splitlines()
+    names = {line.split()[0]: line for line in listing}
+    assert set(names) == {"jobq", "psycopg", *PEERS}
+    for line in names.values():
+        assert line.rstrip().endswith("available") or "not installed" in line or "needs" in line, line
+    assert names["jobq"].rstrip().endswith("available")
+    assert names["psycopg"].rstrip().endswith("available")
+
+
+def test_quick_run_measures_every_workload_for_django_jobq(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = bench("--quick", "--systems", "jobq,psycopg", "--json", str(out))
+    doc = json.loads(out.read_text())
+    for key in ("W1 single", "W1 bulk", "W2 c4", "W2 c16", "W3", "W5 history", "W5 backlog", "W6 c16"):
+        runs = doc["results"][key]["jobq"]
+        assert runs and all("error" not in r for r in runs), (key, runs)
+    for key in ("W1 single", "W1 bulk", "W4 b1", "W4 b4", "W4 b10", "W4 b100"):
+        runs = doc["results"][key]["psycopg"]
+        assert runs and all("error" not in r for r in runs), (key, runs)
+    latency = doc["results"]["W3"]["jobq"][0]
+    assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"]
+    rows = {row["row"]: row for row in doc["table"]}
+    assert "vs_reference" in rows["W2 c4"]  # held against the plain-psycopg ceiling at batch 4
+    assert {t["target"] for t in doc["targets"]} >= {"W3 p50 <= 3 ms", "W5 history >= 0.9x W2"}
+    assert "W2 c4 (jobs/s)" in proc.stdout and "Targets" in proc.stdout
+
+
+def test_quick_enqueue_of_every_peer_or_a_reason_for_skipping_it(tmp_path):
+    out = tmp_path / "bench.json"
+    bench("--quick", "--systems", ",".join(PEERS), "--workloads", "W1", "--json", str(out))
+    doc = json.loads(out.read_text())
+    for name in PEERS:
+        system = doc["systems"][name]
+        if system["skipped"]:
+            assert system["skipped"].strip(), name  # listed with the reason, never silently dropped
+            assert name not in doc["results"].get("W1 single", {})
+            continue
+        runs = doc["results"]["W1 single"][name]
+        assert runs and all("error" not in r for r in runs), (name, runs)
