@@ -135,3 +135,30 @@ def migrate() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
+
+
+class DjangoSystem(System):
+    """A system configured through Django settings, its schema created by migrations."""
+
+    uses_django = True
+
+    def open(self) -> None:
+        setup_django(self.name, self.db_url)
+
+    def install(self) -> None:
+        self.open()
+        migrate()
+
+
+class DjangoTasksSystem(DjangoSystem):
+    """A backend of Django's own tasks framework: jobs are the tasks of bench.djtasks."""
+
+    needs_django_tasks = True
+
+    def enqueue(self, kind: str = "noop", key: int = 0) -> None:
+        from bench.djtasks import BY_KIND
+
+        if kind == "latency":
+            BY_KIND[kind].enqueue(key=key)
+        else:
+            BY_KIND[kind].enqueue()

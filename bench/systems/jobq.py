@@ -6,30 +6,22 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from bench.systems.base import System, migrate, setup_django
+from bench.systems.base import DjangoSystem, setup_django
 
 TASKS = {"noop": "bench.noop", "sleep": "bench.sleep", "latency": "bench.latency"}
 
 
-class Jobq(System):
+class Jobq(DjangoSystem):
     name = "jobq"
     label = "django-jobq"
     distribution = "django-jobq"
     modules = ("django_jobq", "django")
     peer = False
-    uses_django = True
     bulk_api = "Job.objects.enqueue_many"
     # Two counts, each matching a partial index's predicate (claim: PENDING; lease: RUNNING), so the
     # poll stays cheap however much history the table holds (status IN (0, 1) would scan it all).
     remaining_sql = "SELECT (SELECT count(*) FROM jobq_job WHERE status = 0) + (SELECT count(*) FROM jobq_job WHERE status = 1)"
     worker_note = "jobq_worker, threads; LISTEN/NOTIFY, 1 s poll"
-
-    def open(self) -> None:
-        setup_django(self.name, self.db_url)
-
-    def install(self) -> None:
-        self.open()
-        migrate()
 
     def enqueue(self, kind: str = "noop", key: int = 0) -> None:
         from django_jobq.models import Job

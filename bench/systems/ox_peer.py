@@ -5,35 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.systems.base import System, migrate, setup_django
+from bench.systems.base import DjangoTasksSystem, setup_django
 
 
-class Ox(System):
+class Ox(DjangoTasksSystem):
     name = "ox"
     label = "django-ox"
     distribution = "django-ox"
     modules = ("django_ox", "django")
-    uses_django = True
-    needs_django_tasks = True
     min_python = (3, 12)
     bulk_api = "django_ox.bulk.enqueue_many"
     remaining_sql = "SELECT count(*) FROM django_ox_oxtask WHERE status IN ('READY', 'RUNNING')"
     worker_note = "ox_worker, thread pool; 1 s polling"
-
-    def open(self) -> None:
-        setup_django(self.name, self.db_url)
-
-    def install(self) -> None:
-        self.open()
-        migrate()
-
-    def enqueue(self, kind: str = "noop", key: int = 0) -> None:
-        from bench.djtasks import BY_KIND
-
-        if kind == "latency":
-            BY_KIND[kind].enqueue(key=key)
-        else:
-            BY_KIND[kind].enqueue()
 
     def enqueue_bulk(self, n: int, kind: str = "noop") -> None:
         from django_ox.bulk import enqueue_many

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.systems.base import System, migrate, setup_django
+from bench.systems.base import DjangoSystem, setup_django
 
 FUNCS = {"noop": "bench.work.noop", "sleep": "bench.work.sleep", "latency": "bench.work.record_start"}
 
 
-class Q2(System):
+class Q2(DjangoSystem):
     name = "q2"
     label = "django-q2 (ORM)"
     distribution = "django-q2"
     modules = ("django_q", "django")
-    uses_django = True
     remaining_sql = "SELECT count(*) FROM django_q_ormq"
     worker_note = "qcluster, worker processes; ORM broker, 0.2 s polling"
 
@@ -26,13 +25,6 @@ class Q2(System):
     @classmethod
     def describe(cls, concurrency: int) -> str:
         return f"1 cluster x {concurrency} worker processes"
-
-    def open(self) -> None:
-        setup_django(self.name, self.db_url)
-
-    def install(self) -> None:
-        self.open()
-        migrate()
 
     def enqueue(self, kind: str = "noop", key: int = 0) -> None:
         from django_q.tasks import async_task

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.systems.base import System, migrate, setup_django
+from bench.systems.base import DjangoTasksSystem, setup_django
 
 
-class TasksDb(System):
+class TasksDb(DjangoTasksSystem):
     name = "tasks_db"
     label = "django-tasks-db"
     distribution = "django-tasks-db"
     modules = ("django_tasks_db", "django")
-    uses_django = True
-    needs_django_tasks = True
     min_python = (3, 12)
     remaining_sql = (
         "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE status IN ('READY', 'RUNNING')"
@@ -24,21 +22,6 @@ class TasksDb(System):
     @classmethod
     def layout(cls, concurrency: int) -> list[int]:
         return [1] * concurrency  # one task at a time per process: concurrency is processes
-
-    def open(self) -> None:
-        setup_django(self.name, self.db_url)
-
-    def install(self) -> None:
-        self.open()
-        migrate()
-
-    def enqueue(self, kind: str = "noop", key: int = 0) -> None:
-        from bench.djtasks import BY_KIND
-
-        if kind == "latency":
-            BY_KIND[kind].enqueue(key=key)
-        else:
-            BY_KIND[kind].enqueue()
 
     def enqueue_batch(self, n: int, kind: str = "noop") -> None:
         from django.db import transaction
