@@ -28,6 +28,11 @@ class JobqSettings:
     backoff_cap: float = 600  # retry delay ceiling in seconds
     short_retry_seconds: float = 10  # retries due within this delay run again in the same slot
     max_payload_bytes: int = 256 * 1024  # serialised payload limit
+    max_result_bytes: int = 1024 * 1024  # serialised result limit: a bigger result sends the job DEAD
+    error_history: int = 10  # failed attempts whose error each job keeps (error_count counts them all)
+    free_releases: int = 3  # shutdown releases per job that do not use up an attempt
+    statement_timeout: float = 30  # seconds; bounds every statement of the worker's and reaper's own
+    lock_timeout: float = 5  # seconds; bounds any row-lock wait of those statements
     strict_tasks: bool = True  # refuse enqueue of task names that are not registered
     notify: bool = True  # NOTIFY on enqueue so idle workers wake at once
     notify_channel: str = "jobq"
@@ -53,17 +58,39 @@ class JobqSettings:
             "prune_batch",
             "reap_interval",
             "max_attempts",
+            "max_result_bytes",
+            "error_history",
+            "statement_timeout",
+            "lock_timeout",
         ]
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise ConfigurationError(f'JOBQ["{name.upper()}"] must be a positive number, not {value!r}')
+        if (
+            not isinstance(self.free_releases, int)
+            or isinstance(self.free_releases, bool)
+            or self.free_releases < 0
+        ):
+            raise ConfigurationError('JOBQ["FREE_RELEASES"] must be an integer >= 0')
+        if not isinstance(self.error_history, int) or isinstance(self.error_history, bool):
+            raise ConfigurationError('JOBQ["ERROR_HISTORY"] must be a positive integer')
+        if self.lock_timeout > self.statement_timeout:
+            raise ConfigurationError('JOBQ["LOCK_TIMEOUT"] must not exceed JOBQ["STATEMENT_TIMEOUT"]')
         if self.short_retry_seconds < 0:
             raise ConfigurationError('JOBQ["SHORT_RETRY_SECONDS"] must be >= 0')
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ConfigurationError('JOBQ["JOB_TIMEOUT"] must be positive or None')
-        if not self.notify_channel.isidentifier():
-            raise ConfigurationError('JOBQ["NOTIFY_CHANNEL"] must be a plain identifier')
+        channel = self.notify_channel
+        if (
+            not isinstance(channel, str)
+            or not channel
+            or len(channel.encode("utf-8", "replace")) > 63
+            or not channel.isprintable()
+        ):
+            raise ConfigurationError(
+                'JOBQ["NOTIFY_CHANNEL"] must be a printable name of 1 to 63 bytes (used as given, case kept)'
+            )
 
     def lease_problem(self) -> str | None:
         """Why the lease is too short for the heartbeat, or None. A lease must outlive one missed

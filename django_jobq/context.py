@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -12,15 +13,27 @@ class JobContext:
     attempt: int
     max_attempts: int
     worker_id: str
+    fence: int  # this run's fencing token
+    # Runs the writes below on the worker's own connection, outside the task's transaction (so a task
+    # inside transaction.atomic() never holds its job row locked against heartbeats and the reaper).
+    side_write: Callable[[Callable[[], bool]], bool] | None = None
 
     def set_progress(self, done: float, total: float | None = None) -> bool:
-        """Record progress (shown by the admin); False if this worker no longer owns the job."""
+        """Record progress (shown by the admin); False if this run no longer owns the job."""
         from .models import Job
 
-        return Job.objects.set_progress(self.job_id, self.worker_id, self.attempt, done, total)
+        return self._write(
+            lambda: Job.objects.set_progress(self.job_id, self.worker_id, self.fence, done, total)
+        )
 
     def renew_lease(self, lease_seconds: float | None = None) -> bool:
-        """Extend the lease beyond the heartbeat's; False if this worker no longer owns the job."""
+        """Set the lease to now + ``lease_seconds`` (default JOBQ["LEASE_SECONDS"]); heartbeats never
+        shorten it. False if this run no longer owns the job."""
         from .models import Job
 
-        return Job.objects.renew_lease(self.job_id, self.worker_id, lease_seconds, attempt=self.attempt)
+        return self._write(
+            lambda: Job.objects.renew_lease(self.job_id, self.worker_id, lease_seconds, fence=self.fence)
+        )
+
+    def _write(self, op: Callable[[], bool]) -> bool:
+        return self.side_write(op) if self.side_write is not None else op()

@@ -27,6 +27,10 @@ class PermanentError(JobqError):
     """Raised by a task to send its job to DEAD at once, without further retries."""
 
 
+class PayloadMismatch(PermanentError):
+    """A claimed job's payload is not a JSON object, or does not fit its task's signature (DEAD at once)."""
+
+
 class JobTimeout(JobqError):
     """A job ran past its timeout; it is failed like any transient error."""
 

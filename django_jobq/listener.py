@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 from django.db import connections
+from psycopg import sql
 
 from .conf import jobq_settings
 
@@ -44,7 +45,8 @@ class Listener(threading.Thread):
             try:
                 params = {**connection_params(self.alias), "application_name": "jobq-listener"}
                 with psycopg.connect(**params, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {self.channel}")  # channel is checked to be an identifier
+                    # Quoted, so the channel matches pg_notify's exactly (case kept, any name allowed).
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     self.connected.set()
                     delay = 0.1
                     self.wake(None)

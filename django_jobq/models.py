@@ -23,14 +23,21 @@ class Job(models.Model):
     status = models.SmallIntegerField(choices=JobStatus.choices, default=JobStatus.PENDING)
     priority = models.SmallIntegerField(default=100, help_text="Lower runs first.")
     run_at = models.DateTimeField(db_default=Now())
-    attempts = models.IntegerField(default=0, help_text="Incremented by every claim.")
+    attempts = models.IntegerField(default=0, help_text="Attempts used of max_attempts; reset by a requeue.")
     max_attempts = models.IntegerField(default=5)
+    fence = models.BigIntegerField(
+        db_default=0, help_text="Fencing token: grows with every claim and in-slot retry, never reset."
+    )
+    releases = models.IntegerField(db_default=0, help_text="Times a stopping worker gave the job back.")
+    error_count = models.IntegerField(
+        db_default=0, help_text="Failed attempts ever; errors keeps the last few."
+    )
     worker_id = models.TextField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     dedupe_key = models.TextField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
-    errors = models.JSONField(default=list, blank=True, help_text="One entry per failed attempt.")
+    errors = models.JSONField(default=list, blank=True, help_text="The latest failed attempts, oldest first.")
     progress = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
@@ -93,6 +100,7 @@ class WorkerRecord(models.Model):
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
     stopped_at = models.DateTimeField(null=True, blank=True)
+    stuck = models.JSONField(default=dict, help_text="queue name -> slots stuck in a job past its timeout")
 
     class Meta:
         db_table = "jobq_worker"
@@ -101,6 +109,22 @@ class WorkerRecord(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class MaintenanceLease(models.Model):
+    """Which process acts for a maintenance role (the reaper) and until when; renewed while it acts,
+    taken over by another once expired. A row with an expiry works through any pooler, unlike a
+    session-level advisory lock, and a holder that hangs or vanishes loses it on time."""
+
+    name = models.TextField(primary_key=True)
+    holder = models.TextField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "jobq_lease"
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder}"
 
 
 class DeadJob(Job):

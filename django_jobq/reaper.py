@@ -1,25 +1,27 @@
 """The reaper: returns expired leases to the queue and prunes old finished jobs. One acts at a time
-across all replicas (a PostgreSQL advisory lock held by a session); the others stand by."""
+across all replicas: the holder of the "reaper" row in jobq_lease, renewed on every pass; the others
+stand by and take over once the holder releases it (a clean stop) or lets it expire (a crash, a hung
+pass, a lost host). Two reapers acting at once for a moment is harmless: every statement is guarded."""
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import threading
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
 from django.db import Error as DatabaseError
 from django.db import connections
 
 from .conf import jobq_settings
-from .listener import connection_params
 from .models import Job, JobStatus
 
 logger = logging.getLogger("django_jobq")
 
-# pg_try_advisory_lock key: the bytes "jobqreap" read as a 64-bit integer.
-LOCK_KEY = int.from_bytes(b"jobqreap", "big", signed=True)
+LEASE_NAME = "reaper"
+LEASE_MARGIN_SECONDS = 5.0  # the role's lease: three intervals plus this
 MAX_PRUNE_BATCHES = 100  # per pass and status, so one pass never runs unbounded
 WORKER_RECORD_RETENTION = 7 * 24 * 3600
 
@@ -33,41 +35,38 @@ class PassResult:
 
 class Reaper:
     def __init__(self, *, interval: float | None = None):
-        self.interval = jobq_settings().reap_interval if interval is None else interval
-        self._lock_conn: psycopg.Connection[Any] | None = None
+        conf = jobq_settings()
+        self.interval = conf.reap_interval if interval is None else interval
+        self.lease_seconds = 3 * self.interval + LEASE_MARGIN_SECONDS
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.is_leader = threading.Event()
 
     # -- leadership ------------------------------------------------------------------------------------
     def acquire(self) -> bool:
-        """Become the acting reaper if no other holds the lock; True while we hold it."""
-        if self._lock_conn is not None:
-            try:
-                self._lock_conn.execute("SELECT 1")  # a dead session has lost the lock
-                return True
-            except psycopg.Error:
-                self.release()
-        conn = psycopg.connect(**connection_params(jobq_settings().database), autocommit=True)
-        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
-        if row and row[0]:
-            self._lock_conn = conn
-            self.is_leader.set()
-            logger.info("reaper: acting (holds the advisory lock)")
+        """Take or renew the reaper's lease; True while this process holds it."""
+        Job.objects.bound_statements()
+        if Job.objects.acquire_lease(LEASE_NAME, self.holder, self.lease_seconds):
+            if not self.is_leader.is_set():
+                logger.info("reaper %s: acting (holds the reaper lease)", self.holder)
+                self.is_leader.set()
             return True
-        conn.close()
+        self.is_leader.clear()
         return False
 
     def release(self) -> None:
-        self.is_leader.clear()
-        if self._lock_conn is not None:
+        """Give the role up at once, so a standby takes over on its next pass."""
+        if self.is_leader.is_set():
+            self.is_leader.clear()
             try:
-                self._lock_conn.close()  # ending the session releases the advisory lock
-            finally:
-                self._lock_conn = None
+                Job.objects.release_lease(LEASE_NAME, self.holder)
+            except DatabaseError as exc:  # it expires on its own
+                logger.warning("reaper %s: could not release the lease (%s)", self.holder, exc)
 
     # -- work ------------------------------------------------------------------------------------------
     def run_once(self) -> PassResult:
-        """One pass: reap every expired lease, then prune in bounded batches. Call while holding the lock."""
+        """One pass: reap every expired lease, then prune in bounded batches. Call while holding the lease."""
         conf = jobq_settings()
+        Job.objects.bound_statements()
         reaped = Job.objects.reap()
         if reaped:
             logger.warning("reaper: returned %d job(s) with expired leases: %s", len(reaped), reaped[:50])
@@ -92,16 +91,15 @@ class Reaper:
         return total
 
     def run(self, stopping: threading.Event) -> None:
-        """Act whenever this process holds the lock; stand by otherwise. Until ``stopping`` is set."""
+        """Act whenever this process holds the lease; stand by otherwise. Until ``stopping`` is set."""
         try:
             while not stopping.is_set():
                 try:
                     if self.acquire():
                         self.run_once()
-                except (DatabaseError, psycopg.Error) as exc:
+                except DatabaseError as exc:
                     logger.warning("reaper: database error (%s); retrying", exc)
                     connections[jobq_settings().database].close()
-                    self.release()
                 stopping.wait(self.interval)
         finally:
             self.release()

@@ -1,8 +1,28 @@
-"""Signals sent by the worker; every one carries ``job`` (the Job as claimed) and ``worker_id``."""
+"""Signals sent by the worker; every one carries ``job`` (the Job as claimed) and ``worker_id``.
+
+They are sent robustly: a receiver that raises is logged and never affects the job or the worker."""
+
+import logging
+from typing import Any
 
 from django.dispatch import Signal
+
+logger = logging.getLogger("django_jobq")
 
 job_started = Signal()  # before the task function runs
 job_succeeded = Signal()  # after DONE was written; also ``result`` and ``duration``
 job_retried = Signal()  # after the job went back to PENDING; also ``error`` and ``delay``
 job_dead = Signal()  # after the job went DEAD; also ``error``
+
+
+def send(signal: Signal, **kwargs: Any) -> None:
+    """Send ``signal`` to every receiver; log (never raise) what a receiver raises."""
+    from .tasks import Task
+
+    for receiver, response in signal.send_robust(sender=Task, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "signal receiver %r raised",
+                receiver,
+                exc_info=(type(response), response, response.__traceback__),
+            )

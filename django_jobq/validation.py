@@ -1,18 +1,30 @@
-"""Checks on what callers pass in; each raises an InvalidJob subclass before anything is written."""
+"""Checks on what callers pass in; each raises an InvalidJob subclass before anything is written.
+
+PostgreSQL refuses some values that Python accepts: NUL characters (in text and in jsonb strings),
+lone surrogates (not encodable as UTF-8) and nesting deep enough to exhaust a recursion limit. Every
+value bound for the database passes through one of these checks first, so none of them surfaces as a
+database error, and the worker uses the same checks on results and error texts.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import math
+import re
 from typing import Any
 
 from .exceptions import InvalidJob, InvalidPayload, PayloadTooLarge
 
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767  # the SMALLINT column's range
-MAX_NAME_LENGTH = 200  # task and queue names
+MAX_NAME_LENGTH = 200  # task, queue and worker names
 MAX_DEDUPE_KEY_LENGTH = 1000
 MAX_ERROR_LENGTH = 20_000  # stored error text, tracebacks included, is cut to this
+MAX_JSON_DEPTH = 100  # nested arrays/objects in a payload or result
+MAX_SECONDS = 10 * 366 * 24 * 3600  # delays, leases, backoffs: ten years (PostgreSQL intervals overflow)
+
+# A JSON escape of U+0000 not itself escaped (an even number of backslashes before "\u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _reject(value: Any) -> Any:
@@ -20,24 +32,35 @@ def _reject(value: Any) -> Any:
 
 
 def dump_json(value: Any, *, what: str = "payload") -> str:
-    """Strict JSON text for ``value`` (no NaN/Infinity, no custom objects, string keys only)."""
+    """Strict JSON text for ``value`` that PostgreSQL's jsonb accepts: no NaN/Infinity, no custom
+    objects, string keys only, no NUL, no lone surrogate, at most MAX_JSON_DEPTH levels deep."""
+    _check_structure(value, what, 0)
     try:
-        text = json.dumps(value, allow_nan=False, default=_reject, separators=(",", ":"))
+        text = json.dumps(value, allow_nan=False, default=_reject, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{what} must be JSON: {exc}") from None
-    _check_keys(value, what)
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise InvalidPayload(f"{what} must not contain NUL characters (\\x00), which PostgreSQL cannot store")
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise InvalidPayload(f"{what} contains a lone surrogate, which is not valid UTF-8") from None
     return text
 
 
-def _check_keys(value: Any, what: str) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidPayload(f"{what} must be JSON: object key {key!r} is not a string")
-            _check_keys(item, what)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _check_keys(item, what)
+def _check_structure(value: Any, what: str, depth: int) -> None:
+    if isinstance(value, dict | list | tuple):
+        if depth >= MAX_JSON_DEPTH:
+            raise InvalidPayload(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidPayload(f"{what} must be JSON: object key {key!r} is not a string")
+                _check_structure(item, what, depth + 1)
+        else:
+            for item in value:
+                _check_structure(item, what, depth + 1)
 
 
 def payload_json(payload: Any, max_bytes: int) -> str:
@@ -46,21 +69,39 @@ def payload_json(payload: Any, max_bytes: int) -> str:
         payload = {}
     if not isinstance(payload, dict):
         raise InvalidPayload(f"payload must be a JSON object (dict), not {type(payload).__name__}")
-    text = dump_json(payload)
-    size = len(text.encode())
+    return sized(dump_json(payload), max_bytes, "payload", "MAX_PAYLOAD_BYTES")
+
+
+def sized(text: str, max_bytes: int, what: str, setting: str) -> str:
+    """``text`` if its UTF-8 encoding fits ``max_bytes``; PayloadTooLarge otherwise."""
+    size = len(text) if text.isascii() else len(text.encode())
     if size > max_bytes:
-        raise PayloadTooLarge(
-            f"payload is {size} bytes; the limit is {max_bytes} (JOBQ['MAX_PAYLOAD_BYTES'])"
-        )
+        raise PayloadTooLarge(f"{what} is {size} bytes; the limit is {max_bytes} (JOBQ['{setting}'])")
     return text
 
 
-def name(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
+def string(value: Any, what: str, max_length: int) -> str:
+    """A non-empty string PostgreSQL can store: no NUL, no lone surrogate, at most ``max_length``."""
+    if not isinstance(value, str) or not value:
         raise InvalidJob(f"{what} must be a non-empty string, not {value!r}")
-    if len(value) > MAX_NAME_LENGTH or value != value.strip():
-        raise InvalidJob(f"{what} must be at most {MAX_NAME_LENGTH} characters without surrounding spaces")
+    if len(value) > max_length:
+        raise InvalidJob(f"{what} must be at most {max_length} characters, not {len(value)}")
+    if "\x00" in value:
+        raise InvalidJob(f"{what} must not contain NUL characters (\\x00): {value!r}")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidJob(f"{what} contains a lone surrogate, which is not valid UTF-8") from None
     return value
+
+
+def name(value: Any, what: str) -> str:
+    """A task, queue or worker name: non-empty, storable, without surrounding spaces."""
+    string(value, what, MAX_NAME_LENGTH)
+    if not value.strip() or value != value.strip():
+        raise InvalidJob(f"{what} must be non-blank, without surrounding spaces: {value!r}")
+    return str(value)
 
 
 def integer(value: Any, what: str, low: int, high: int) -> int:
@@ -78,11 +119,18 @@ def max_attempts(value: Any) -> int:
 
 
 def seconds(value: Any, what: str) -> float:
-    """A non-negative duration in seconds, from a number or a timedelta."""
+    """A non-negative duration in seconds (at most MAX_SECONDS), from a number or a timedelta."""
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise InvalidJob(f"{what} must be a non-negative number of seconds or a timedelta, not {value!r}")
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_SECONDS
+    ):
+        raise InvalidJob(
+            f"{what} must be a number of seconds (or a timedelta) in [0, {MAX_SECONDS}], not {value!r}"
+        )
     return float(value)
 
 
@@ -93,15 +141,24 @@ def aware(value: Any, what: str) -> dt.datetime:
 
 
 def dedupe_key(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > MAX_DEDUPE_KEY_LENGTH:
-        raise InvalidJob(
-            f"dedupe_key must be a non-empty string of at most {MAX_DEDUPE_KEY_LENGTH} characters"
-        )
-    return value
+    return None if value is None else string(value, "dedupe_key", MAX_DEDUPE_KEY_LENGTH)
 
 
 def error_text(error: Any) -> str:
-    text = error if isinstance(error, str) else repr(error)
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 15] + "\n…[truncated]"
+    """Error text as stored: NUL and lone surrogates escaped (never refused: an error must always be
+    recordable), cut to MAX_ERROR_LENGTH characters."""
+    value = error if isinstance(error, str) else _safe_repr(error)
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    if not value.isascii():
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(value) > MAX_ERROR_LENGTH:
+        value = value[: MAX_ERROR_LENGTH - 15] + "\n…[truncated]"
+    return value
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception as exc:  # a hostile __repr__
+        return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"

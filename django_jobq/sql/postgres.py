@@ -5,7 +5,17 @@ Time: every comparison uses NOW, the database clock, unless the caller binds %(n
 clock of JOBQ["CLOCK"], used by tests that move time with time-machine).
 
 Transitions out of RUNNING are compare-and-set: they name the job id, require status RUNNING, the
-owner's worker_id and the attempt number (the fencing token) and report success through RETURNING.
+owner's worker_id and the fence (the fencing token) and report success through RETURNING. The fence
+grows by one with every claim and every in-slot retry and nothing ever lowers it (a requeue resets
+attempts, never the fence), so no two runs of a job ever hold the same token.
+
+Maintenance statements that touch many rows (HEARTBEAT, REAP) lock them with FOR UPDATE SKIP LOCKED
+first and update only what they locked: they never wait for a row another transaction holds, so they
+cannot deadlock with each other or be stalled by a slow transaction; a skipped row is simply handled
+by the next pass.
+
+The per-job error history keeps only the last %(history)s entries (_append_error); error_count
+counts every failed attempt.
 Under READ COMMITTED an UPDATE that finds its row changed by a concurrent commit re-checks its WHERE on
 the new row version, so a second writer whose guard no longer holds changes nothing.
 """
@@ -15,6 +25,17 @@ NOW = "COALESCE(%(now)s::timestamptz, now())"
 PENDING, RUNNING, DONE, DEAD = 0, 1, 2, 3
 
 _ACTIVE = f"status IN ({PENDING}, {RUNNING})"
+
+
+def _append_error(alias: str, entry: str) -> str:
+    """``alias``.errors with ``entry`` (a jsonb object expression) appended, cut to the last
+    %(history)s entries."""
+    return (
+        f"jsonb_path_query_array({alias}.errors || jsonb_build_array({entry}), "
+        "'$[last - $n + 1 to last]', jsonb_build_object('n', %(history)s::int))"
+    )
+
+
 # The dedupe constraint's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
 _DEDUPE = f"dedupe_key IS NOT NULL AND {_ACTIVE}"
 
@@ -26,10 +47,10 @@ _DEDUPE = f"dedupe_key IS NOT NULL AND {_ACTIVE}"
 ENQUEUE = f"""
 WITH job AS (
     INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
-                          dedupe_key, errors, created_at)
+                          fence, releases, error_count, dedupe_key, errors, created_at)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, {PENDING}, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, {NOW}) + make_interval(secs => %(delay)s), 0,
-            %(max_attempts)s, %(dedupe_key)s, '[]'::jsonb, {NOW})
+            %(max_attempts)s, 0, 0, 0, %(dedupe_key)s, '[]'::jsonb, {NOW})
     ON CONFLICT (dedupe_key) WHERE {_DEDUPE} DO NOTHING
     RETURNING id, queue
 )
@@ -43,9 +64,9 @@ SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
 ENQUEUE_MANY = f"""
 WITH job AS (
     INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
-                          dedupe_key, errors, created_at)
+                          fence, releases, error_count, dedupe_key, errors, created_at)
     SELECT u.task, u.queue, u.payload::jsonb, {PENDING}, u.priority,
-           COALESCE(u.run_at, {NOW}), 0, u.max_attempts, u.dedupe_key, '[]'::jsonb, {NOW}
+           COALESCE(u.run_at, {NOW}), 0, u.max_attempts, 0, 0, 0, u.dedupe_key, '[]'::jsonb, {NOW}
     FROM unnest(%(tasks)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::smallint[],
                 %(run_ats)b::timestamptz[], %(max_attempts)b::int[], %(dedupe_keys)b::text[])
          AS u(task, queue, payload, priority, run_at, max_attempts, dedupe_key)
@@ -64,7 +85,8 @@ SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 # the partial claim index (status PENDING: queue, priority, run_at, id). The UPDATE finds the picked
 # rows by primary key (id = ANY(ARRAY(...)), an init plan), never by a join whose plan could scan the
 # table: the statement is prepared, and a generic plan must not depend on the limit's value.
-# attempts += 1 makes the new attempt number the fencing token for every later write by this owner.
+# fence += 1 gives this run a token no earlier run held; attempts += 1 counts it against max_attempts.
+# RETURNING names the columns a worker needs, never the error history or an old result.
 _PICK = f"""picked AS MATERIALIZED (
     SELECT id FROM jobq_job
     WHERE status = {PENDING} AND run_at <= {NOW} {{queue_filter}}
@@ -72,114 +94,155 @@ _PICK = f"""picked AS MATERIALIZED (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )"""
+CLAIMED_COLUMNS = (
+    "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
+    "fence", "releases", "worker_id", "lease_until", "dedupe_key", "created_at", "started_at",
+)  # fmt: skip
 _TAKE = f"""UPDATE jobq_job AS j
-SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1,
+SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1, fence = j.fence + 1,
     started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.*"""
+RETURNING {", ".join("j." + c for c in CLAIMED_COLUMNS)}"""
 CLAIM_ANY_QUEUE = f"WITH {_PICK.format(queue_filter='')}\n{_TAKE}"
 CLAIM_ONE_QUEUE = f"WITH {_PICK.format(queue_filter='AND queue = %(queue)s')}\n{_TAKE}"
 CLAIM_QUEUES = f"WITH {_PICK.format(queue_filter='AND queue = ANY(%(queues)s::text[])')}\n{_TAKE}"
 
-# Owned by the caller: RUNNING under its worker_id (the attempt is checked by each statement).
+# Owned by the caller: RUNNING under its worker_id (the fence is checked by each statement; a NULL
+# fence, the manager's unfenced form for manual use, accepts any run of this owner).
 _OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
 _J_OWNED = f"j.status = {RUNNING} AND j.worker_id = %(worker_id)s"
 
-# complete: RUNNING -> DONE, only by the owner of this very attempt.
+# complete: RUNNING -> DONE, only by the owner of this very run.
 COMPLETE = f"""
 UPDATE jobq_job
 SET status = {DONE}, result = %(result)s::jsonb, finished_at = {NOW}, lease_until = NULL
-WHERE id = %(id)s AND {_OWNED} AND attempts = COALESCE(%(attempt)s, attempts)
+WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING id
 """
 
-# complete_many: COMPLETE for a batch of (id, attempt, result) in one statement; rows whose guard
+# complete_many: COMPLETE for a batch of (id, fence, result) in one statement; rows whose guard
 # fails are simply not returned. (id = ANY(ids) keeps every plan, generic ones too, on the primary key;
 # the same holds for HEARTBEAT and RELEASE.)
 COMPLETE_MANY = f"""UPDATE jobq_job AS j
 SET status = {DONE}, result = d.result::jsonb, finished_at = {NOW}, lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.attempts = d.attempt
+FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::text[]) AS d(id, fence, result)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
 RETURNING j.id"""
 
 _GIVE_UP = "(%(permanent)s OR attempts >= max_attempts)"
 
 # fail: RUNNING -> PENDING (retry at now + backoff) or DEAD (permanent, or attempts exhausted), only by
-# the owner of this attempt. Without an explicit backoff the delay is full jitter below the ceiling of
+# the owner of this run. Without an explicit backoff the delay is full jitter below the ceiling of
 # django_jobq.backoff.compute_backoff: random() * least(cap, base * 2^(attempts-1)). The error is kept
-# in last_error and appended to the per-attempt history.
+# in last_error and appended to the (bounded) history.
 FAIL = f"""
-UPDATE jobq_job
+UPDATE jobq_job AS j
 SET status = CASE WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
     run_at = CASE WHEN {_GIVE_UP} THEN run_at ELSE {NOW} + make_interval(secs => COALESCE(
         %(backoff)s, random() * LEAST(%(cap)s, %(base)s * power(2, LEAST(attempts - 1, 64))))) END,
     finished_at = CASE WHEN {_GIVE_UP} THEN {NOW} END,
     worker_id = CASE WHEN {_GIVE_UP} THEN worker_id END,
     lease_until = NULL,
-    last_error = %(error)s,
-    errors = errors || jsonb_build_array(jsonb_build_object(
-        'attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text))
-WHERE id = %(id)s AND {_OWNED} AND attempts = COALESCE(%(attempt)s, attempts)
+    last_error = %(error)s, error_count = error_count + 1,
+    errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text)")}
+WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING status
 """
 
-# renew_lease: push one owned job's lease forward.
+# renew_lease: set one owned job's lease to now + lease (an explicit renewal may also shorten it).
 RENEW_LEASE = f"""
 UPDATE jobq_job SET lease_until = {NOW} + make_interval(secs => %(lease)s)
-WHERE id = %(id)s AND {_OWNED} AND attempts = COALESCE(%(attempt)s, attempts)
+WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING id
 """
 
-# heartbeat: renew every lease the worker holds, in one statement. Only the ids the worker is running
-# are named, so a job it lost track of (e.g. a claim whose reply was lost) is left to expire.
+# heartbeat: renew every lease the worker holds, in one statement, returning the held jobs that are no
+# longer this run's (lost). Only the ids the worker is running are named, so a job it lost track of
+# (e.g. a claim whose reply was lost) is left to expire. A lease is never shortened (GREATEST), so a
+# task's longer renew_lease() survives the heartbeat. Rows another transaction holds are skipped, not
+# waited for (renewed by the next beat); "lost" is read from the statement's snapshot, so a skipped
+# row that is still ours is not reported.
 HEARTBEAT = f"""
-UPDATE jobq_job AS j SET lease_until = {NOW} + make_interval(secs => %(lease)s)
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = h.id AND {_J_OWNED} AND j.attempts = h.attempt
-RETURNING j.id
+WITH held AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS h(id, fence)
+), mine AS MATERIALIZED (
+    SELECT j.id FROM jobq_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND {_J_OWNED}
+    FOR UPDATE SKIP LOCKED
+), renewed AS (
+    UPDATE jobq_job AS j
+    SET lease_until = GREATEST(j.lease_until, {NOW} + make_interval(secs => %(lease)s))
+    FROM held AS h
+    WHERE j.id = ANY(ARRAY(SELECT id FROM mine)) AND j.id = h.id AND j.fence = h.fence
+    RETURNING j.id
+)
+SELECT h.id, h.fence FROM held AS h
+WHERE NOT EXISTS (
+    SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND {_J_OWNED} AND j.fence = h.fence
+)
 """
 
-# release: RUNNING -> PENDING at once, for jobs a stopping worker could not finish in its grace period.
-# attempts stays (it is the fencing token) and max_attempts grows by one, so a shutdown does not use
-# up the job's retry budget.
+# release: a stopping worker gives back every job it still holds (RUNNING under its worker_id, which
+# is unique per process), at once, including any it lost track of. A release does not use up an
+# attempt (attempts - 1: the claim had counted it) for the first %(free)s releases of a job; after
+# that each release counts, and a job out of attempts goes DEAD, so a job that outlives every deploy
+# cannot circulate forever. The fence stays: the next claim raises it.
+_RELEASE_DEAD = "(j.releases >= %(free)s AND j.attempts >= j.max_attempts)"
 RELEASE = f"""
 UPDATE jobq_job AS j
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW},
-    max_attempts = j.max_attempts + 1,
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempts, 'at', {NOW}, 'worker', j.worker_id, 'error', 'released: worker shut down'))
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r(id, attempt)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = r.id AND {_J_OWNED} AND j.attempts = r.attempt
+SET status = CASE WHEN {_RELEASE_DEAD} THEN {DEAD} ELSE {PENDING} END,
+    attempts = CASE WHEN j.releases < %(free)s THEN j.attempts - 1 ELSE j.attempts END,
+    releases = j.releases + 1,
+    worker_id = CASE WHEN {_RELEASE_DEAD} THEN j.worker_id END,
+    finished_at = CASE WHEN {_RELEASE_DEAD} THEN {NOW} END,
+    last_error = CASE WHEN {_RELEASE_DEAD}
+        THEN 'released by a stopping worker with no attempts left' ELSE j.last_error END,
+    lease_until = NULL, run_at = {NOW},
+    errors = {_append_error("j", f"jsonb_build_object('attempt', j.attempts, 'at', {NOW}, 'worker', j.worker_id, 'error', 'released: worker shut down')")}
+WHERE {_J_OWNED}
 RETURNING j.id
 """
 
 # reap: every RUNNING job whose lease expired goes back to PENDING, or to DEAD when it has used all
-# its attempts, in one statement (the whole backlog at once). A concurrent heartbeat that committed
-# first makes the re-checked WHERE false, so a live job is never taken.
+# its attempts, in one statement (the whole backlog at once). The rows are locked SKIP LOCKED first:
+# a row a worker is writing (its outcome, a heartbeat) is left for the next pass instead of being
+# waited for, and the UPDATE re-checks the expiry on the locked, current row version, so a live job
+# whose heartbeat committed first is never taken.
 REAP = f"""
-UPDATE jobq_job
+WITH expired AS MATERIALIZED (
+    SELECT id FROM jobq_job WHERE status = {RUNNING} AND lease_until < {NOW}
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobq_job AS j
 SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
     finished_at = CASE WHEN attempts >= max_attempts THEN {NOW} END,
     worker_id = CASE WHEN attempts >= max_attempts THEN worker_id END,
-    run_at = {NOW}, lease_until = NULL,
+    run_at = {NOW}, lease_until = NULL, error_count = error_count + 1,
     last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
-    errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', {NOW},
-        'worker', worker_id, 'error', 'lease expired: worker stopped renewing it'))
-WHERE status = {RUNNING} AND lease_until < {NOW}
+    errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', 'lease expired: worker stopped renewing it')")}
+WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND status = {RUNNING} AND lease_until < {NOW}
 RETURNING id
 """
 
-# requeue: DEAD -> PENDING with attempts reset; the error history is kept. Refused (no row) while
-# another active job holds the same dedupe_key; the unique index still guards the race between that
-# check and the update, which the caller turns into a refusal.
+# requeue: DEAD -> PENDING with a fresh attempt budget (attempts and releases reset; the fence and the
+# error history are kept). A job whose dedupe_key another active job holds is skipped, and of several
+# selected jobs sharing a key only the newest is requeued, so the unique index never refuses the
+# statement as a whole; it still guards the race with a concurrent enqueue (the caller retries job by
+# job then).
 REQUEUE = f"""
+WITH chosen AS MATERIALIZED (
+    SELECT DISTINCT ON (j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END) j.id
+    FROM jobq_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = {DEAD}
+      AND (j.dedupe_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jobq_job AS a WHERE a.dedupe_key = j.dedupe_key AND a.{_ACTIVE}))
+    ORDER BY j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END, j.id DESC
+)
 UPDATE jobq_job AS j
-SET status = {PENDING}, attempts = 0, run_at = COALESCE(%(run_at)s::timestamptz, {NOW}),
+SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s::timestamptz, {NOW}),
     priority = COALESCE(%(priority)s, j.priority), worker_id = NULL, lease_until = NULL,
-    started_at = NULL, finished_at = NULL, result = NULL
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = {DEAD}
-  AND (j.dedupe_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM jobq_job AS a WHERE a.dedupe_key = j.dedupe_key AND a.{_ACTIVE}))
+    started_at = NULL, finished_at = NULL, result = NULL, progress = NULL
+WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status = {DEAD}
 RETURNING j.id
 """
 
@@ -206,18 +269,20 @@ WHERE id IN (
 # set_progress: record {"done", "total"} on an owned RUNNING job.
 SET_PROGRESS = f"""
 UPDATE jobq_job SET progress = %(progress)s::jsonb
-WHERE id = %(id)s AND {_OWNED} AND attempts = %(attempt)s
+WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s
 RETURNING id
 """
 
 # worker_beat: upsert the worker's row (who is alive, what it runs). One row per worker process;
 # only that process writes it, so there is no contention.
 WORKER_BEAT = f"""
-INSERT INTO jobq_worker (worker_id, hostname, pid, lanes, running, started_at, last_seen_at, stopped_at)
-VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(lanes)s::jsonb, %(running)s, {NOW}, {NOW},
+INSERT INTO jobq_worker (worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at,
+                         stopped_at)
+VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(lanes)s::jsonb, %(running)s, %(stuck)s::jsonb, {NOW}, {NOW},
         CASE WHEN %(stopped)s THEN {NOW} END)
 ON CONFLICT (worker_id) DO UPDATE
-SET running = EXCLUDED.running, last_seen_at = EXCLUDED.last_seen_at, stopped_at = EXCLUDED.stopped_at
+SET running = EXCLUDED.running, stuck = EXCLUDED.stuck, last_seen_at = EXCLUDED.last_seen_at,
+    stopped_at = EXCLUDED.stopped_at
 """
 
 # prune_workers: forget workers not seen for a long time.
@@ -226,25 +291,25 @@ DELETE FROM jobq_worker WHERE last_seen_at < {NOW} - make_interval(secs => %(age
 """
 
 # retry_in_slot: record a failed attempt and start the next one in the same worker slot, keeping the
-# job RUNNING and owned: attempts += 1 (a new fencing token), the lease renewed, the error appended.
-# Only while attempts remain; otherwise the caller fails the job as usual.
+# job RUNNING and owned: attempts += 1, fence += 1 (a new token), the lease renewed, the error
+# appended. Only while attempts remain; otherwise the caller fails the job as usual.
 RETRY_IN_SLOT = f"""
-UPDATE jobq_job
-SET attempts = attempts + 1, started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s),
-    last_error = %(error)s,
-    errors = errors || jsonb_build_array(jsonb_build_object(
-        'attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text))
-WHERE id = %(id)s AND {_OWNED} AND attempts = %(attempt)s AND attempts < max_attempts
-RETURNING attempts
+UPDATE jobq_job AS j
+SET attempts = attempts + 1, fence = fence + 1, started_at = {NOW},
+    lease_until = {NOW} + make_interval(secs => %(lease)s),
+    last_error = %(error)s, error_count = error_count + 1,
+    errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text)")}
+WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts
+RETURNING attempts, fence
 """
 
 # release_orphans: after a claim whose reply was lost (connection dropped after commit), give back
-# every job of this queue that this worker holds but does not know it runs. Only this worker's
-# dispatcher for the queue writes rows with this worker_id and queue, so nothing races it.
+# every job of this queue that this worker holds but does not know it runs; they never ran, so the
+# attempt the claim counted is returned. Only this worker's dispatcher for the queue claims rows
+# with this worker_id and queue (worker ids are unique per live process), so nothing races it.
 RELEASE_ORPHANS = f"""
 UPDATE jobq_job
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW},
-    max_attempts = max_attempts + 1
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW}, attempts = attempts - 1
 WHERE status = {RUNNING} AND worker_id = %(worker_id)s AND queue = %(queue)s
   AND id <> ALL(%(known)s::bigint[])
 RETURNING id
@@ -252,7 +317,7 @@ RETURNING id
 
 # job_state: re-read a job to resolve a write whose outcome is unknown (connection lost mid-commit).
 JOB_STATE = """
-SELECT status, worker_id, attempts FROM jobq_job WHERE id = %(id)s
+SELECT status, worker_id, fence FROM jobq_job WHERE id = %(id)s
 """
 
 # complete_and_claim: the worker's cycle in one statement and one commit: mark the finished jobs of
@@ -265,4 +330,37 @@ WITH done AS ({COMPLETE_MANY}),
 claimed AS ({_TAKE})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done) AS completed, claimed.*
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
+"""
+
+# lease_acquire: take the named maintenance lease (e.g. the reaper's) for %(holder)s until now +
+# %(seconds)s, when nobody holds it, its holder let it expire, or we hold it already (a renewal).
+# ON CONFLICT DO UPDATE locks the existing row and re-checks the WHERE on its latest version, so of
+# concurrent takers exactly one gets a row back.
+LEASE_ACQUIRE = f"""
+INSERT INTO jobq_lease (name, holder, expires_at)
+VALUES (%(name)s, %(holder)s, {NOW} + make_interval(secs => %(seconds)s))
+ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE jobq_lease.holder = EXCLUDED.holder OR jobq_lease.expires_at < {NOW}
+RETURNING holder
+"""
+
+# lease_release: give the lease up at once (a clean stop), only if we still hold it.
+LEASE_RELEASE = """
+DELETE FROM jobq_lease WHERE name = %(name)s AND holder = %(holder)s
+"""
+
+# worker_is_live: another process recorded this worker id and has beaten within %(age)s seconds
+# without stopping. Read-only.
+WORKER_IS_LIVE = f"""
+SELECT 1 FROM jobq_worker
+WHERE worker_id = %(worker_id)s AND stopped_at IS NULL
+  AND last_seen_at > {NOW} - make_interval(secs => %(age)s)
+"""
+
+# set_timeouts: bound every later statement on this session (the worker's and reaper's own
+# connections only, never a task's): a hung statement or a long row-lock wait fails fast and is
+# retried, instead of stalling a lane, the heartbeat or the reaper.
+SET_TIMEOUTS = """
+SELECT set_config('statement_timeout', %(statement_ms)s, false),
+       set_config('lock_timeout', %(lock_ms)s, false)
 """

@@ -16,11 +16,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.p1, pytest.mark.django_db]
 HOT = {
     "CLAIM_ONE_QUEUE": {"worker_id": "w", "limit": 10, "lease": 30, "queue": "default"},
     "COMPLETE_AND_CLAIM": {
-        "worker_id": "w", "ids": [1, 2], "attempts": [1, 1], "results": ["null", "null"],
+        "worker_id": "w", "ids": [1, 2], "fences": [1, 1], "results": ["null", "null"],
         "limit": 10, "lease": 30, "queue": "default",
     },
-    "COMPLETE_MANY": {"worker_id": "w", "ids": [1, 2], "attempts": [1, 1], "results": ["null", "null"]},
-    "HEARTBEAT": {"worker_id": "w", "ids": [1, 2], "attempts": [1, 1], "lease": 30},
+    "COMPLETE_MANY": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "results": ["null", "null"]},
+    "HEARTBEAT": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "lease": 30},
 }  # fmt: skip
 
 

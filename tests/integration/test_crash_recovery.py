@@ -15,7 +15,7 @@ from django.db import connection
 
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
-from django_jobq.reaper import LOCK_KEY, Reaper
+from django_jobq.reaper import LEASE_NAME, Reaper
 from tests.conftest import child_env, start_worker, wait_until
 from tests.testapp.models import Execution
 
@@ -55,8 +55,8 @@ def test_sigkill_mid_job_is_recovered_by_the_reaper_and_finished_once():
     )
     assert Job.objects.filter(status=JobStatus.DONE).count() == 1
     # The dead worker's late writes are refused.
-    assert Job.objects.complete(jid, "doomed", "late", attempt=1) is False
-    assert Job.objects.fail(jid, "doomed", "late", attempt=1) is None
+    assert Job.objects.complete(jid, "doomed", "late", fence=1) is False
+    assert Job.objects.fail(jid, "doomed", "late", fence=1) is None
 
 
 @pytest.mark.p0
@@ -144,36 +144,34 @@ def test_workers_survive_a_postgresql_restart_and_finish_every_job_once():
     done_by = dict(Job.objects.values_list("id", "worker_id"))
     assert set(done_by.values()) <= {"survivor-0", "survivor-1"}
     # At-least-once: a job whose DONE write was lost with the connection may have run again, and then
-    # only with a higher attempt number; never two executions of one attempt.
-    runs = list(Execution.objects.values_list("job_id", "attempt"))
+    # only under a new fence; never two executions of one run.
+    runs = list(Execution.objects.values_list("job_id", "fence"))
     assert len(runs) == len(set(runs))
     assert {job_id for job_id, _ in runs} == set(ids)
 
 
 @pytest.mark.p0
-def test_reaper_singleton_takes_over_when_the_acting_one_dies():
-    first, second = Reaper(interval=0.1), Reaper(interval=0.1)
-    try:
+def test_reaper_singleton_takes_over_when_the_acting_one_stops_renewing(python_clock):
+    first, second = Reaper(interval=1), Reaper(interval=1)
+    with time_machine.travel(dt.datetime(2026, 2, 1, tzinfo=dt.UTC), tick=False) as clock:
         assert first.acquire() is True
         assert second.acquire() is False  # one acts, the other stands by
-        assert first.acquire() is True  # and keeps acting
-        first._lock_conn.close()  # its session dies (process killed, network gone)
-        assert wait_until(second.acquire, timeout=5, message="takeover")
+        clock.shift(first.lease_seconds - 1)
+        assert first.acquire() is True  # and keeps acting, renewing its lease
+        clock.shift(first.lease_seconds - 1)
+        assert second.acquire() is False
+        clock.shift(2)  # the holder hung or vanished: its lease ran out
+        assert second.acquire() is True
         assert first.acquire() is False
-    finally:
-        first.release()
-        second.release()
+        second.release()  # a clean stop hands the role over at once
+        assert first.acquire() is True
 
 
 def _lock_holders() -> list[int]:
-    """Backend pids holding the reaper's advisory lock."""
+    """Pids of the processes holding an unexpired reaper lease."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
-            "AND ((classid::bigint << 32) | objid::bigint) = %s",
-            [LOCK_KEY],
-        )
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute("SELECT holder FROM jobq_lease WHERE name = %s AND expires_at > now()", [LEASE_NAME])
+        return [int(row[0].split(":")[1]) for row in cursor.fetchall()]
 
 
 def _reaper_process() -> subprocess.Popen:
@@ -196,7 +194,7 @@ def test_reaper_processes_one_acts_and_the_standby_takes_over_after_sigkill():
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         takeover = wait_until(
-            lambda: [p for p in _lock_holders() if p not in holder], timeout=10, message="takeover"
+            lambda: [p for p in _lock_holders() if p not in holder], timeout=15, message="takeover"
         )
         assert len(takeover) == 1 and second.poll() is None
         # The standby acts now: a backlog of expired leases is cleared.

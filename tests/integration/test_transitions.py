@@ -23,16 +23,16 @@ def test_stale_owner_is_refused_after_reap_and_reclaim(python_clock):
         clock.shift(6)
         assert Job.objects.reap() == [jid]
         second = Job.objects.claim("w1", lease_seconds=5)  # same worker name, new attempt
-        assert second.attempts == first.attempts + 1
+        assert second.attempts == first.attempts + 1 and second.fence == first.fence + 1
         # The first attempt's late writes are refused by the fencing token ...
-        assert Job.objects.complete(jid, "w1", "late", attempt=first.attempts) is False
-        assert Job.objects.fail(jid, "w1", "late", attempt=first.attempts) is None
-        assert Job.objects.renew_lease(jid, "w1", attempt=first.attempts) is False
-        assert Job.objects.heartbeat("w1", [(jid, first.attempts)]) == set()
-        assert Job.objects.complete_many("w1", [(jid, first.attempts, '"late"')]) == set()
+        assert Job.objects.complete(jid, "w1", "late", fence=first.fence) is False
+        assert Job.objects.fail(jid, "w1", "late", fence=first.fence) is None
+        assert Job.objects.renew_lease(jid, "w1", fence=first.fence) is False
+        assert Job.objects.heartbeat("w1", [(jid, first.fence)]) == {(jid, first.fence)}  # lost
+        assert Job.objects.complete_many("w1", [(jid, first.fence, '"late"')]) == set()
         # ... and a different worker's too, while the current attempt's owner still succeeds.
         assert Job.objects.complete(jid, "w0", "late") is False
-        assert Job.objects.complete(jid, "w1", "ok", attempt=second.attempts) is True
+        assert Job.objects.complete(jid, "w1", "ok", fence=second.fence) is True
     job = Job.objects.get(id=jid)
     assert job.status == JobStatus.DONE and job.result == "ok"
 
@@ -59,10 +59,10 @@ def test_reap_leaves_renewed_leases_alone(python_clock):
         jid = Job.objects.enqueue("test.noop")
         job = Job.objects.claim("w1", lease_seconds=10)
         clock.shift(8)
-        assert Job.objects.heartbeat("w1", [(jid, job.attempts)], lease_seconds=10) == {jid}
+        assert Job.objects.heartbeat("w1", [(jid, job.fence)], lease_seconds=10) == set()  # none lost
         clock.shift(8)
         assert Job.objects.reap() == []
-        assert Job.objects.renew_lease(jid, "w1", 10, attempt=job.attempts) is True
+        assert Job.objects.renew_lease(jid, "w1", 10, fence=job.fence) is True
 
 
 @pytest.mark.p0
@@ -126,11 +126,12 @@ def test_requeue_is_refused_while_the_dedupe_key_is_active_again():
 
 def test_release_returns_jobs_without_using_their_retry_budget():
     jid = Job.objects.enqueue("test.noop", max_attempts=2)
-    job = Job.objects.claim("w1")
-    assert Job.objects.release("w1", [(jid, job.attempts)]) == [jid]
+    Job.objects.claim("w1")
+    assert Job.objects.release("w1") == [jid]
     released = Job.objects.get(id=jid)
-    assert (released.status, released.attempts, released.max_attempts) == (JobStatus.PENDING, 1, 3)
-    assert Job.objects.release("w1", [(jid, job.attempts)]) == []  # no longer owned
+    assert (released.status, released.attempts, released.max_attempts) == (JobStatus.PENDING, 0, 2)
+    assert (released.releases, released.fence) == (1, 1)
+    assert Job.objects.release("w1") == []  # no longer owned
 
 
 def test_prune_deletes_only_old_terminal_jobs(python_clock):
@@ -172,8 +173,8 @@ def test_claim_filters_by_queue():
 def test_set_progress_by_owner_only():
     jid = Job.objects.enqueue("test.noop")
     job = Job.objects.claim("w1")
-    assert Job.objects.set_progress(jid, "w1", job.attempts, 3, 10) is True
-    assert Job.objects.set_progress(jid, "w2", job.attempts, 4, 10) is False
+    assert Job.objects.set_progress(jid, "w1", job.fence, 3, 10) is True
+    assert Job.objects.set_progress(jid, "w2", job.fence, 4, 10) is False
     assert Job.objects.get(id=jid).progress == {"done": 3, "total": 10}
 
 

@@ -6,6 +6,7 @@ class Execution(models.Model):
 
     job_id = models.BigIntegerField()
     attempt = models.IntegerField()
+    fence = models.BigIntegerField(default=0)
     worker_id = models.TextField()
 
     class Meta:

@@ -29,7 +29,9 @@ def sleep(seconds: float, **kwargs):
 @django_jobq.task(name="test.record", takes_context=True)
 def record(context, pause: float = 0.0, **kwargs):
     """Log the execution, then optionally pause (so a drain or a restart can catch it running)."""
-    Execution.objects.create(job_id=context.job_id, attempt=context.attempt, worker_id=context.worker_id)
+    Execution.objects.create(
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id
+    )
     if pause:
         time.sleep(pause)
     return {"attempt": context.attempt}
@@ -37,9 +39,11 @@ def record(context, pause: float = 0.0, **kwargs):
 
 @django_jobq.task(name="test.slow_first_attempt", takes_context=True)
 def slow_first_attempt(context, seconds: float):
-    """The first attempt records itself and hangs; later attempts finish at once."""
-    Execution.objects.create(job_id=context.job_id, attempt=context.attempt, worker_id=context.worker_id)
-    if context.attempt == 1:
+    """The first run records itself and hangs; later runs finish at once."""
+    Execution.objects.create(
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id
+    )
+    if context.fence == 1:
         time.sleep(seconds)
     return {"attempt": context.attempt}
 

@@ -26,7 +26,12 @@ def test_upper_case_keys_map_to_fields():
         ({"CLOCK": "wall"}, "CLOCK"),
         ({"LEASE_SECONDS": 0}, "LEASE_SECONDS"),
         ({"POLL_INTERVAL": "1"}, "POLL_INTERVAL"),
-        ({"NOTIFY_CHANNEL": "bad channel;"}, "NOTIFY_CHANNEL"),
+        ({"NOTIFY_CHANNEL": ""}, "NOTIFY_CHANNEL"),
+        ({"NOTIFY_CHANNEL": "x" * 64}, "NOTIFY_CHANNEL"),
+        ({"NOTIFY_CHANNEL": "a\x00b"}, "NOTIFY_CHANNEL"),
+        ({"LOCK_TIMEOUT": 60, "STATEMENT_TIMEOUT": 30}, "LOCK_TIMEOUT"),
+        ({"FREE_RELEASES": -1}, "FREE_RELEASES"),
+        ({"ERROR_HISTORY": 0}, "ERROR_HISTORY"),
     ],
 )
 def test_invalid_settings_are_refused(raw, message):

@@ -1,0 +1,49 @@
+"""JobManager: each public operation runs one named statement from django_jobq.sql.
+
+Split by concern: producing (enqueue), consuming (claim and the fenced writes of a worker) and
+maintenance (reap, requeue, prune, counts); the async twins are derived here with sync_to_async.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+
+from .consuming import ConsumerManager, result_json
+from .maintenance import MaintenanceManager
+from .producing import NewJob, ProducerManager
+
+if TYPE_CHECKING:
+    from ..models import Job, JobStatus
+
+__all__ = ["JobManager", "NewJob", "result_json"]
+
+
+class JobManager(ProducerManager, ConsumerManager, MaintenanceManager):
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> int | None:
+        return await sync_to_async(self.enqueue)(*args, **kwargs)
+
+    async def aclaim(self, *args: Any, **kwargs: Any) -> Job | None:
+        return await sync_to_async(self.claim)(*args, **kwargs)
+
+    async def aclaim_batch(self, *args: Any, **kwargs: Any) -> list[Job]:
+        return await sync_to_async(self.claim_batch)(*args, **kwargs)
+
+    async def acomplete(self, *args: Any, **kwargs: Any) -> bool:
+        return await sync_to_async(self.complete)(*args, **kwargs)
+
+    async def afail(self, *args: Any, **kwargs: Any) -> JobStatus | None:
+        return await sync_to_async(self.fail)(*args, **kwargs)
+
+    async def arenew_lease(self, *args: Any, **kwargs: Any) -> bool:
+        return await sync_to_async(self.renew_lease)(*args, **kwargs)
+
+    async def areap(self) -> list[int]:
+        return await sync_to_async(self.reap)()
+
+    async def arequeue(self, *args: Any, **kwargs: Any) -> bool:
+        return await sync_to_async(self.requeue)(*args, **kwargs)
+
+    async def acounts(self, queue: str | None = None) -> dict[str, int]:
+        return await sync_to_async(self.counts)(queue)

@@ -1,0 +1,136 @@
+"""Plumbing shared by the manager's operations: the queue's cursor, parameters, building jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
+
+from .. import validation
+from ..conf import jobq_settings
+from ..exceptions import InvalidJob
+from ..sql import statements_for
+
+if TYPE_CHECKING:
+    from ..models import Job
+
+
+class QueueCursor(psycopg.Cursor[Any]):
+    """Server-side binding (so large arrays can travel in binary, %(name)b), every statement prepared
+    unless JOBQ["PREPARED_STATEMENTS"] is off: the queue's few statements run thousands of times per
+    connection, so planning them once matters on the claim path. Django leaves the connection's
+    prepare_threshold at None (never prepare); it is lifted for this cursor's statements only, so the
+    application's own queries keep Django's behaviour."""
+
+    def __init__(self, connection: psycopg.Connection[Any], *, prepare: bool) -> None:
+        super().__init__(connection)
+        self._prepare = prepare
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
+    ) -> Any:
+        conn = self.connection
+        saved = conn.prepare_threshold
+        if self._prepare and saved is None:
+            conn.prepare_threshold = 0
+        try:
+            return super().execute(query, params, prepare=self._prepare, binary=binary)
+        finally:
+            conn.prepare_threshold = saved
+
+
+class BaseJobManager(models.Manager["Job"]):
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[jobq_settings().database]
+
+    def _sql(self) -> ModuleType:
+        return statements_for(self.connection)
+
+    def _cursor(self) -> CursorWrapper:
+        """A QueueCursor wrapped like Django's own: errors become django.db errors, queries are logged
+        in DEBUG, execute wrappers apply."""
+        connection = self.connection
+        connection.ensure_connection()
+        with connection.wrap_database_errors:
+            raw = QueueCursor(connection.connection, prepare=jobq_settings().prepared_statements)
+        if connection.queries_logged:
+            return connection.make_debug_cursor(raw)  # type: ignore[arg-type]
+        return connection.make_cursor(raw)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _common(params: dict[str, Any]) -> dict[str, Any]:
+        """Parameters every statement may use: the clock and the error history's length."""
+        conf = jobq_settings()
+        params["now"] = timezone.now() if conf.clock == "python" else None
+        params["history"] = conf.error_history
+        return params
+
+    def _execute(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self._cursor() as cursor:
+            cursor.execute(sql, self._common(params))
+            return cursor.fetchall() if cursor.description else []
+
+    def _rowcount(self, sql: str, params: dict[str, Any]) -> int:
+        with self._cursor() as cursor:
+            cursor.execute(sql, self._common(params))
+            return int(cursor.rowcount)
+
+    def _jobs(self, sql: str, params: dict[str, Any]) -> list[Job]:
+        """Run a statement that RETURNs job columns and build model instances from them."""
+        with self._cursor() as cursor:
+            cursor.execute(sql, self._common(params))
+            names = [column.name for column in cursor.description]
+            return self._build(names, cursor.fetchall())
+
+    def _build(self, names: list[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
+        connection = self.connection
+        fields = [self.model._meta.get_field(name) for name in names]
+        converters = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+        attnames = [f.attname for f in fields]  # type: ignore[union-attr]
+        jobs = []
+        for row in rows:
+            values = list(row)
+            for i, convert in converters:
+                values[i] = convert(values[i], None, connection)
+            jobs.append(self.model.from_db(connection.alias, attnames, values))
+        return jobs
+
+    @staticmethod
+    def _lease(lease_seconds: float | None) -> float:
+        lease = jobq_settings().lease_seconds if lease_seconds is None else lease_seconds
+        if validation.seconds(lease, "lease_seconds") == 0:
+            raise InvalidJob("lease_seconds must be positive")
+        return lease
+
+    def bound_statements(self) -> None:
+        """Put JOBQ["STATEMENT_TIMEOUT"] and ["LOCK_TIMEOUT"] on this thread's queue connection, once
+        per new connection. For the worker's and reaper's own threads only: a task's connection keeps
+        the application's settings."""
+        wrapper = self.connection
+        wrapper.ensure_connection()
+        raw = wrapper.connection
+        if getattr(wrapper, "_jobq_bounded", None) is raw:
+            return
+        conf = jobq_settings()
+        params = {
+            "statement_ms": f"{int(conf.statement_timeout * 1000)}ms",
+            "lock_ms": f"{int(conf.lock_timeout * 1000)}ms",
+        }
+        with wrapper.wrap_database_errors, raw.cursor() as cursor:
+            cursor.execute(self._sql().SET_TIMEOUTS, params)
+        wrapper._jobq_bounded = raw  # type: ignore[attr-defined]
+
+    def worker_is_live(self, worker_id: str, within: float) -> bool:
+        """Whether a running worker recorded ``worker_id`` in the last ``within`` seconds."""
+        return bool(self._execute(self._sql().WORKER_IS_LIVE, {"worker_id": worker_id, "age": within}))
+
+    @staticmethod
+    def _fence(fence: Any) -> int | None:
+        return None if fence is None else validation.integer(fence, "fence", 0, (1 << 63) - 1)

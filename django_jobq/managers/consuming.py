@@ -1,0 +1,213 @@
+"""Consuming jobs: claim, and every fenced write a worker makes about the jobs it holds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import validation
+from ..conf import jobq_settings
+from ..exceptions import InvalidJob
+from .base import BaseJobManager
+
+if TYPE_CHECKING:
+    from ..models import Job, JobStatus
+
+
+def result_json(value: Any) -> str:
+    """A task's return value as stored: strict JSON within JOBQ["MAX_RESULT_BYTES"]."""
+    text = validation.dump_json(value, what="result")
+    return validation.sized(text, jobq_settings().max_result_bytes, "result", "MAX_RESULT_BYTES")
+
+
+class ConsumerManager(BaseJobManager):
+    def claim(
+        self, worker_id: str, *, queues: Sequence[str] | None = None, lease_seconds: float | None = None
+    ) -> Job | None:
+        """Take the next due job (lowest priority value, then run_at, then id) or None."""
+        jobs = self.claim_batch(worker_id, 1, queues=queues, lease_seconds=lease_seconds)
+        return jobs[0] if jobs else None
+
+    def claim_batch(
+        self,
+        worker_id: str,
+        limit: int,
+        *,
+        queues: Sequence[str] | None = None,
+        lease_seconds: float | None = None,
+    ) -> list[Job]:
+        """Take up to ``limit`` due jobs in one statement; each comes back RUNNING with attempts + 1
+        and a new fence."""
+        sql = self._sql()
+        params: dict[str, Any] = {
+            "worker_id": validation.name(worker_id, "worker_id"),
+            "limit": validation.integer(limit, "limit", 1, 100_000),
+            "lease": self._lease(lease_seconds),
+        }
+        if queues is None:
+            statement = sql.CLAIM_ANY_QUEUE
+        else:
+            if isinstance(queues, str) or not queues:
+                raise InvalidJob("queues must be a non-empty list of queue names (or None for all)")
+            names = [validation.name(q, "queue") for q in queues]
+            statement, params["queue"], params["queues"] = (
+                (sql.CLAIM_ONE_QUEUE, names[0], None) if len(names) == 1 else (sql.CLAIM_QUEUES, None, names)
+            )
+        return self._jobs(statement, params)
+
+    def complete(self, job_id: int, worker_id: str, result: Any = None, *, fence: int | None = None) -> bool:
+        """RUNNING -> DONE; False when ``worker_id`` (in the run holding ``fence``) no longer owns the job.
+
+        Without ``fence`` any run of this owner is completed: for manual use only, a worker passes it."""
+        params = {
+            "id": job_id,
+            "worker_id": worker_id,
+            "fence": self._fence(fence),
+            "result": result_json(result),
+        }
+        return bool(self._execute(self._sql().COMPLETE, params))
+
+    def complete_many(self, worker_id: str, done: Sequence[tuple[int, int, str]]) -> set[int]:
+        """Complete (id, fence, result JSON text) triples in one statement; the ids that were still owned."""
+        if not done:
+            return set()
+        ids, fences, results = (list(column) for column in zip(*done, strict=True))
+        params = {"worker_id": worker_id, "ids": ids, "fences": fences, "results": results}
+        return {row[0] for row in self._execute(self._sql().COMPLETE_MANY, params)}
+
+    def complete_and_claim(
+        self,
+        worker_id: str,
+        done: Sequence[tuple[int, int, str]],
+        limit: int,
+        queue: str,
+        lease_seconds: float | None = None,
+    ) -> tuple[set[int], list[Job]]:
+        """complete_many and claim_batch for one queue in a single statement (one commit).
+
+        Returns the ids completed (still owned) and the jobs claimed (``limit`` may be 0)."""
+        ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
+        params: dict[str, Any] = {
+            "worker_id": worker_id, "ids": ids, "fences": fences, "results": results,
+            "limit": validation.integer(limit, "limit", 0, 100_000), "queue": queue,
+            "lease": self._lease(lease_seconds),
+        }  # fmt: skip
+        with self._cursor() as cursor:
+            cursor.execute(self._sql().COMPLETE_AND_CLAIM, self._common(params))
+            names = [column.name for column in cursor.description][1:]
+            rows = cursor.fetchall()
+        completed = set(rows[0][0])
+        return completed, self._build(names, (row[1:] for row in rows if row[1] is not None))
+
+    def fail(
+        self,
+        job_id: int,
+        worker_id: str,
+        error: Any,
+        *,
+        backoff_seconds: float | None = None,
+        permanent: bool = False,
+        fence: int | None = None,
+    ) -> JobStatus | None:
+        """RUNNING -> PENDING (retry after the backoff) or DEAD; None when not the owner.
+
+        Without ``backoff_seconds`` the delay is full jitter below compute_backoff(attempts); without
+        ``fence`` any run of this owner is failed (manual use only)."""
+        from ..models import JobStatus
+
+        conf = jobq_settings()
+        params = {
+            "id": job_id,
+            "worker_id": worker_id,
+            "fence": self._fence(fence),
+            "permanent": bool(permanent),
+            "error": validation.error_text(error),
+            "base": conf.backoff_base,
+            "cap": conf.backoff_cap,
+            "backoff": None
+            if backoff_seconds is None
+            else validation.seconds(backoff_seconds, "backoff_seconds"),
+        }
+        rows = self._execute(self._sql().FAIL, params)
+        return JobStatus(rows[0][0]) if rows else None
+
+    def renew_lease(
+        self, job_id: int, worker_id: str, lease_seconds: float | None = None, *, fence: int | None = None
+    ) -> bool:
+        """Set the lease of an owned RUNNING job to now + ``lease_seconds``; False when not the owner."""
+        params = {
+            "id": job_id,
+            "worker_id": worker_id,
+            "fence": self._fence(fence),
+            "lease": self._lease(lease_seconds),
+        }
+        return bool(self._execute(self._sql().RENEW_LEASE, params))
+
+    def heartbeat(
+        self, worker_id: str, running: Sequence[tuple[int, int]], lease_seconds: float | None = None
+    ) -> set[tuple[int, int]]:
+        """Renew the leases of all (id, fence) a worker runs, in one statement (never shortening one);
+        returns the (id, fence) pairs whose run no longer owns its job (lost)."""
+        if not running:
+            return set()
+        ids, fences = (list(column) for column in zip(*running, strict=True))
+        params = {"worker_id": worker_id, "ids": ids, "fences": fences, "lease": self._lease(lease_seconds)}
+        return {(row[0], row[1]) for row in self._execute(self._sql().HEARTBEAT, params)}
+
+    def release(self, worker_id: str) -> list[int]:
+        """Give every job ``worker_id`` holds back as PENDING at once (graceful shutdown); the ids.
+        The first JOBQ["FREE_RELEASES"] releases of a job do not use up an attempt."""
+        params = {"worker_id": worker_id, "free": jobq_settings().free_releases}
+        return [row[0] for row in self._execute(self._sql().RELEASE, params)]
+
+    def retry_in_slot(
+        self, job_id: int, worker_id: str, fence: int, error: Any, lease_seconds: float | None = None
+    ) -> tuple[int, int] | None:
+        """Record a failed attempt and begin the next one without releasing the job: the new (attempt,
+        fence), or None when not the owner or no attempts remain."""
+        params = {
+            "id": job_id, "worker_id": worker_id, "fence": fence,
+            "error": validation.error_text(error), "lease": self._lease(lease_seconds),
+        }  # fmt: skip
+        rows = self._execute(self._sql().RETRY_IN_SLOT, params)
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def release_orphans(self, worker_id: str, queue: str, known: Sequence[int]) -> list[int]:
+        """Give back jobs of ``queue`` held by ``worker_id`` other than ``known`` (lost claim replies)."""
+        params = {"worker_id": worker_id, "queue": queue, "known": list(known)}
+        return [row[0] for row in self._execute(self._sql().RELEASE_ORPHANS, params)]
+
+    def state(self, job_id: int) -> tuple[JobStatus, str | None, int] | None:
+        """(status, worker_id, fence) of a job, or None if it no longer exists."""
+        from ..models import JobStatus
+
+        rows = self._execute(self._sql().JOB_STATE, {"id": job_id})
+        return (JobStatus(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
+
+    def set_progress(self, job_id: int, worker_id: str, fence: int, done: float, total: float | None) -> bool:
+        """Record progress of an owned RUNNING job (shown by the admin)."""
+        params = {
+            "id": job_id,
+            "worker_id": worker_id,
+            "fence": fence,
+            "progress": validation.dump_json({"done": done, "total": total}, what="progress"),
+        }
+        return bool(self._execute(self._sql().SET_PROGRESS, params))
+
+    def worker_beat(
+        self,
+        worker_id: str,
+        *,
+        hostname: str,
+        pid: int,
+        lanes: dict[str, int],
+        running: int,
+        stopped: bool,
+        stuck: dict[str, int] | None = None,
+    ) -> None:
+        """Record that a worker is alive (or has stopped) in jobq_worker."""
+        params = {
+            "worker_id": worker_id, "hostname": hostname, "pid": pid, "lanes": validation.dump_json(lanes),
+            "running": running, "stopped": stopped, "stuck": validation.dump_json(stuck or {}),
+        }  # fmt: skip
+        self._execute(self._sql().WORKER_BEAT, params)

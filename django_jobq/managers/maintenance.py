@@ -1,0 +1,86 @@
+"""Maintenance: reaping expired leases, requeueing dead letters, pruning, counts, role leases."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, transaction
+
+from .. import validation
+from ..exceptions import InvalidJob
+from .base import BaseJobManager
+
+if TYPE_CHECKING:
+    from ..models import JobStatus
+
+
+class MaintenanceManager(BaseJobManager):
+    def reap(self) -> list[int]:
+        """Every RUNNING job whose lease expired goes to PENDING (or DEAD when exhausted); their ids.
+        Rows locked by another transaction at that moment are left for the next pass."""
+        return [row[0] for row in self._execute(self._sql().REAP, {})]
+
+    def requeue(self, job_id: int, *, run_at: dt.datetime | None = None, priority: int | None = None) -> bool:
+        """DEAD -> PENDING with a fresh attempt budget (error history kept); False if not DEAD or
+        blocked by an active job with the same dedupe key."""
+        return bool(self.requeue_many([job_id], run_at=run_at, priority=priority))
+
+    def requeue_many(
+        self, job_ids: Sequence[int], *, run_at: dt.datetime | None = None, priority: int | None = None
+    ) -> list[int]:
+        """requeue for many jobs in one statement; the ids requeued. Of several jobs sharing a dedupe
+        key only the newest is requeued; the others, and jobs whose key an active job holds, stay DEAD."""
+        ids = [validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids]
+        params = {
+            "ids": ids,
+            "run_at": None if run_at is None else validation.aware(run_at, "run_at"),
+            "priority": None if priority is None else validation.priority(priority),
+        }
+        try:
+            return self._requeue(params)
+        except IntegrityError:  # a concurrent enqueue took a dedupe key: go job by job
+            requeued = []
+            for job_id in ids:
+                with contextlib.suppress(IntegrityError):
+                    requeued += self._requeue({**params, "ids": [job_id]})
+            return requeued
+
+    def _requeue(self, params: dict[str, Any]) -> list[int]:
+        with transaction.atomic(using=self.connection.alias):
+            return [row[0] for row in self._execute(self._sql().REQUEUE, params)]
+
+    def prune(self, status: JobStatus, older_than: float, batch: int) -> int:
+        """Delete up to ``batch`` DONE or DEAD jobs finished more than ``older_than`` seconds ago."""
+        from ..models import JobStatus
+
+        if status not in (JobStatus.DONE, JobStatus.DEAD):
+            raise InvalidJob("only DONE and DEAD jobs can be pruned")
+        params: dict[str, Any] = {
+            "status": int(status),
+            "age": validation.seconds(older_than, "older_than"),
+            "batch": batch,
+        }
+        return self._rowcount(self._sql().PRUNE, params)
+
+    def prune_workers(self, older_than: float) -> int:
+        """Forget workers not seen for ``older_than`` seconds."""
+        return self._rowcount(self._sql().PRUNE_WORKERS, {"age": older_than})
+
+    def counts(self, queue: str | None = None) -> dict[str, int]:
+        """Jobs per status name (every status present, zero-filled), optionally for one queue."""
+        from ..models import JobStatus
+
+        found = dict(self._execute(self._sql().COUNTS, {"queue": queue}))
+        return {status.name: found.get(status.value, 0) for status in JobStatus}
+
+    def acquire_lease(self, name: str, holder: str, seconds: float) -> bool:
+        """Hold the maintenance lease ``name`` for ``seconds`` more (taking it if free or expired)."""
+        params = {"name": name, "holder": holder, "seconds": validation.seconds(seconds, "seconds")}
+        return bool(self._execute(self._sql().LEASE_ACQUIRE, params))
+
+    def release_lease(self, name: str, holder: str) -> None:
+        """Give the maintenance lease ``name`` up at once, if ``holder`` still holds it."""
+        self._execute(self._sql().LEASE_RELEASE, {"name": name, "holder": holder})

@@ -1,0 +1,9 @@
+"""The worker, split by responsibility: lanes (lanes.py), the dispatcher (dispatch.py), slots and the
+job runner (slots.py, runner.py), the heartbeat and watchdog (heartbeat.py), the side writer
+(side.py), and the Worker that starts and drains them (core.py)."""
+
+from .core import Worker
+from .heartbeat import EXIT_STUCK
+from .lanes import parse_lanes
+
+__all__ = ["EXIT_STUCK", "Worker", "parse_lanes"]

@@ -1,0 +1,85 @@
+"""State shared by the worker's parts, and how they talk to the database."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from django.db import Error as DatabaseError
+from django.db import InterfaceError, OperationalError, connections
+
+from ..conf import jobq_settings
+from ..models import Job
+from .lanes import Lane, Running
+
+if TYPE_CHECKING:
+    from ..listener import Listener
+    from ..reaper import Reaper
+
+logger = logging.getLogger("django_jobq")
+T = TypeVar("T")
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """A fault of the connection or the server (retry later), as opposed to a statement the database
+    refuses (DataError, IntegrityError, ProgrammingError: retrying would fail the same way)."""
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+class WorkerBase:
+    """The attributes every part of the worker shares. ``_lock`` guards ``_running``, ``processed``,
+    ``_claimed`` and each lane's ``current``."""
+
+    lanes: dict[str, Lane]
+    worker_id: str
+    burst: bool
+    max_jobs: int | None
+    grace: float
+    poll_interval: float
+    listen: bool
+    reaper: Reaper | None
+    stopping: threading.Event  # no new claims; finish what runs
+    abandon: threading.Event  # grace is over (or second signal): dispatchers leave now
+    hard: threading.Event  # second signal
+    finished: threading.Event  # background threads exit
+    processed: int  # jobs whose outcome was written
+    exit_code: int  # what the process should exit with (EXIT_STUCK when a lane wedged)
+    listener: Listener | None
+    _claimed: int
+    _running: dict[tuple[int, int], Running]
+    _lock: threading.Lock
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def _db(self, op: Callable[[], T], *, attempts: int | None = None) -> T | None:
+        """Run ``op`` on this thread's bounded connection; on a connection error drop the connection and
+        retry with backoff. Gives up (None) after ``attempts`` tries, or, without ``attempts``, when a
+        hard stop is requested. A statement the database refuses is raised at once, never retried."""
+        delay, tries = 0.05, 0
+        while True:
+            try:
+                Job.objects.bound_statements()
+                return op()
+            except DatabaseError as exc:
+                if not is_connection_error(exc):
+                    raise
+                tries += 1
+                connections[jobq_settings().database].close()
+                if (attempts is None and self.hard.is_set()) or (attempts is not None and tries >= attempts):
+                    logger.error("worker %s: database unavailable, giving up: %s", self.worker_id, exc)
+                    return None
+                logger.warning(
+                    "worker %s: database error (%s); retrying in %.2fs", self.worker_id, exc, delay
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _forget(self, entry: Running) -> None:
+        with self._lock:
+            if self._running.get(entry.key) is entry:
+                del self._running[entry.key]
+            self.processed += 1

@@ -1,0 +1,197 @@
+"""The Worker: lanes of slots, each fed by one dispatcher thread that writes the lane's finished jobs
+and claims as many new ones as there are free slots in a single statement; a heartbeat that renews
+every lease in one statement; LISTEN wake-ups; a graceful drain.
+
+Threads: one dispatcher and N slot threads per lane, one heartbeat, one side writer, one listener
+(and optionally an embedded reaper). Each uses its own database connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+
+from .. import validation
+from ..conf import jobq_settings
+from ..exceptions import ConfigurationError, InvalidJob
+from ..listener import Listener
+from ..models import Job
+from .heartbeat import HeartbeatMixin
+from .lanes import Lane
+from .side import SideWriter
+from .slots import SlotMixin
+
+if TYPE_CHECKING:
+    from ..reaper import Reaper
+
+logger = logging.getLogger("django_jobq")
+
+
+class Worker(HeartbeatMixin, SlotMixin):
+    """Run jobs until stopped (or, with ``burst``, until nothing is due; or after ``max_jobs``)."""
+
+    def __init__(
+        self,
+        lanes: dict[str, int],
+        *,
+        worker_id: str | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        grace: float = 30.0,
+        poll_interval: float | None = None,
+        listen: bool | None = None,
+        reaper: Reaper | None = None,
+    ):
+        conf = jobq_settings()
+        if problem := conf.lease_problem():
+            raise ConfigurationError(problem)
+        if max_jobs is not None and max_jobs < 1:
+            raise ConfigurationError("max_jobs must be >= 1")
+        if grace < 0:
+            raise ConfigurationError("grace must be >= 0")
+        try:
+            self.worker_id = validation.name(
+                worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}", "worker id"
+            )
+        except InvalidJob as exc:
+            raise ConfigurationError(str(exc)) from None
+        self.lanes = {name: Lane(name, slots) for name, slots in lanes.items()}
+        self.burst, self.max_jobs, self.grace = burst, max_jobs, grace
+        self.poll_interval = conf.poll_interval if poll_interval is None else poll_interval
+        self.listen = conf.notify if listen is None else listen
+        self.reaper = reaper
+        self.stopping = threading.Event()
+        self.abandon = threading.Event()
+        self.hard = threading.Event()
+        self.finished = threading.Event()
+        self.processed = 0
+        self.exit_code = 0
+        self._claimed = 0
+        self._running = {}
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.listener = None
+        self._side_writer = SideWriter()
+        self._side = self._side_writer
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Run until stop() (twice for a hard stop), burst exhaustion or max_jobs; then drain.
+        ConfigurationError when another live worker uses the same worker id."""
+        try:
+            self._claim_identity()
+        except BaseException:
+            self._side_writer.close()
+            connections.close_all()
+            raise
+        lanes = {q: lane.slots for q, lane in self.lanes.items()}
+        logger.info("worker %s starting: lanes %s", self.worker_id, lanes)
+        self._beat(stopped=False)
+        self._start()
+        try:
+            while not self.stopping.is_set() and not all(lane.done.is_set() for lane in self.lanes.values()):
+                self.stopping.wait(0.1)
+        finally:
+            try:
+                self._shutdown()
+            finally:
+                connections.close_all()  # this thread's connection: a worker leaves none open
+
+    def _claim_identity(self) -> None:
+        """Wait (up to a lease) for an earlier process with this worker id to be seen no more; refuse
+        to start beside a live one, whose jobs this worker would otherwise release as its own."""
+        conf = jobq_settings()
+        deadline = time.monotonic() + conf.lease_seconds + conf.heartbeat_seconds
+        while self._db(lambda: Job.objects.worker_is_live(self.worker_id, conf.lease_seconds), attempts=3):
+            if time.monotonic() > deadline:
+                raise ConfigurationError(
+                    f"another live worker uses the worker id {self.worker_id!r}; give each process its own"
+                )
+            time.sleep(min(1.0, conf.heartbeat_seconds / 2))
+
+    def stop(self) -> None:
+        """First call: drain gracefully. Second call: stop at once."""
+        if self.stopping.is_set():
+            logger.warning("worker %s: second stop request, stopping hard", self.worker_id)
+            self.hard.set()
+            self.abandon.set()
+        self.stopping.set()
+        self._wake_all()
+
+    def _start(self) -> None:
+        for lane in self.lanes.values():
+            self._spawn(f"jobq-dispatch-{lane.queue}", self._dispatch, lane)
+            for n in range(lane.slots):
+                self._spawn(f"jobq-slot-{lane.queue}-{n}", self._slot, lane, n)
+        self._spawn("jobq-heartbeat", self._heartbeat_loop)
+        if self.listen:
+            self.listener = Listener(self._on_notify, self.finished)
+            self.listener.start()
+        if self.reaper is not None:
+            self._spawn("jobq-reaper", self.reaper.run, self.finished)
+
+    def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        def main() -> None:
+            try:
+                target(*args)
+            except Exception:
+                logger.exception("worker thread %s crashed", name)
+                self.stop()
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=main, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _shutdown(self) -> None:
+        self.stopping.set()
+        self._wake_all()
+        deadline = time.monotonic() + self.grace
+        for lane in self.lanes.values():  # dispatchers write what finishes within the grace period
+            lane.done.wait(timeout=max(0.0, deadline - time.monotonic()))
+        self.abandon.set()
+        self._wake_all()
+        for lane in self.lanes.values():
+            lane.done.wait(timeout=5)
+        # Everything still RUNNING under this worker's id goes back, known to it or not (a late claim
+        # reply, a run whose in-slot retry raced the watchdog); tried even on a hard stop.
+        released = self._db(lambda: Job.objects.release(self.worker_id), attempts=3) or []
+        if released:
+            logger.warning(
+                "worker %s: released %d unfinished job(s) to PENDING: %s",
+                self.worker_id, len(released), released,
+            )  # fmt: skip
+        self._beat(stopped=True)
+        self.finished.set()
+        for lane in self.lanes.values():
+            for _ in range(lane.slots):
+                lane.work.put(None)
+        # Idle threads end at once; a slot still inside a job function is left behind (daemon thread).
+        end = time.monotonic() + 2
+        for thread in [*self._threads, *([self.listener] if self.listener else [])]:
+            thread.join(timeout=max(0.0, end - time.monotonic()))
+        self._side_writer.close()
+        logger.info("worker %s stopped after %d job(s)", self.worker_id, self.processed)
+
+    def _wake_all(self) -> None:
+        for lane in self.lanes.values():
+            with lane.cond:
+                lane.woken = True
+                lane.cond.notify_all()
+
+    def _on_notify(self, queue_name: str | None) -> None:
+        if queue_name is None:
+            self._wake_all()
+        elif lane := self.lanes.get(queue_name):
+            with lane.cond:
+                lane.woken = True
+                lane.cond.notify_all()

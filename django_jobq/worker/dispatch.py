@@ -1,0 +1,221 @@
+"""A lane's dispatcher: writes the lane's finished jobs and claims as many new ones as there are free
+slots, in one statement per cycle; hands the claimed jobs to the slots; reports outcomes."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+from django.db import Error as DatabaseError
+from django.db import connections
+
+from .. import signals
+from ..conf import jobq_settings
+from ..models import Job, JobStatus
+from ..tasks import find_task
+from .base import WorkerBase, is_connection_error
+from .lanes import Lane, Running
+from .runner import Outcome
+
+logger = logging.getLogger("django_jobq")
+Report = Callable[[], None]  # logs and signals about an outcome, sent once the lane's jobs are handed out
+
+
+class DispatchMixin(WorkerBase):
+    def _budget(self) -> int:
+        """Jobs this worker may still claim (max_jobs)."""
+        return 1 << 30 if self.max_jobs is None else self.max_jobs - self._claimed
+
+    def _lane_finished(self, lane: Lane) -> bool:
+        """Nothing runs or waits to be written, and nothing more will be claimed. Holds lane.cond."""
+        if lane.busy or lane.outcomes:
+            return False
+        return self.stopping.is_set() or self._budget() <= 0 or (self.burst and lane.idle)
+
+    def _wait_for_work(self, lane: Lane) -> list[tuple[Running, Outcome]] | None:
+        """Block until there are outcomes to write or slots to fill; None when the lane is finished."""
+        poll_at = time.monotonic() + self.poll_interval
+        with lane.cond:
+            while True:
+                if self.abandon.is_set() or self._lane_finished(lane):
+                    return None
+                if lane.woken:
+                    lane.idle = lane.woken = False
+                if lane.idle and time.monotonic() >= poll_at:
+                    lane.idle = False  # the safety-net poll
+                can_claim = not self.stopping.is_set() and self._budget() > 0 and lane.busy < lane.slots
+                if lane.outcomes or (can_claim and not lane.idle):
+                    outcomes, lane.outcomes = lane.outcomes, []
+                    return outcomes
+                lane.cond.wait(timeout=max(0.001, poll_at - time.monotonic()) if lane.idle else 0.5)
+
+    def _dispatch(self, lane: Lane) -> None:
+        try:
+            while (outcomes := self._wait_for_work(lane)) is not None:
+                with self._lock:
+                    for entry, _ in outcomes:
+                        entry.writing = True
+                reports = [self._write_failure(r, o) for r, o in outcomes if not o.ok]
+                with self._lock:
+                    free = (
+                        0 if self.stopping.is_set() else max(0, min(lane.slots - lane.busy, self._budget()))
+                    )
+                    self._claimed += free
+                jobs, done = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
+                with self._lock:
+                    self._claimed -= free - len(jobs)
+                with lane.cond:
+                    lane.idle = free > 0 and len(jobs) < free
+                self._hand_out(lane, jobs)
+                for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
+                    report()
+        finally:
+            lane.done.set()
+
+    def _cycle(
+        self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int
+    ) -> tuple[list[Job], list[Report]]:
+        """Write the successes and claim up to ``limit`` jobs, in one statement."""
+        lease = jobq_settings().lease_seconds
+        done = [(r.job.id, o.fence, o.result_json or "null") for r, o in successes]
+        try:
+            Job.objects.bound_statements()
+            completed, jobs = Job.objects.complete_and_claim(self.worker_id, done, limit, lane.queue, lease)
+        except DatabaseError as exc:
+            connections[jobq_settings().database].close()
+            jobs = []
+            if is_connection_error(exc):
+                logger.warning("worker %s lane %s: write/claim failed (%s)", self.worker_id, lane.queue, exc)
+                completed = self._resolve_unknown(lane, successes, done)
+            else:  # the database refused the batch: one value in it must be bad
+                logger.error("worker %s lane %s: batch refused (%s); writing one by one", self.worker_id,
+                             lane.queue, exc)  # fmt: skip
+                completed = self._complete_one_by_one(successes)
+        reports: list[Report] = []
+        for entry, outcome in successes:
+            self._forget(entry)
+            if entry.job.id in completed:
+                reports.append(functools.partial(self._report_done, entry, outcome))
+            else:
+                logger.warning("job %s: result not recorded, the job is no longer ours", entry.job.id)
+        return jobs, reports
+
+    def _resolve_unknown(
+        self, lane: Lane, successes: list[tuple[Running, Outcome]], done: list[tuple[int, int, str]]
+    ) -> set[int]:
+        """The statement may have committed without our hearing of it: write the successes again (a row
+        already DONE is resolved by re-reading it) and give back jobs claimed unknowingly."""
+        completed = self._db(lambda: Job.objects.complete_many(self.worker_id, done)) or set()
+        completed |= {r.job.id for r, o in successes if r.job.id not in completed and self._was_written(r, o)}
+        self._db(lambda: self._release_orphans(lane))
+        return completed
+
+    def _complete_one_by_one(self, successes: list[tuple[Running, Outcome]]) -> set[int]:
+        """Write each success alone; one the database refuses goes DEAD with the reason."""
+        completed: set[int] = set()
+        for entry, outcome in successes:
+            row = (entry.job.id, outcome.fence, outcome.result_json or "null")
+            try:
+                write = functools.partial(Job.objects.complete_many, self.worker_id, [row])
+                completed |= self._db(write) or set()
+            except DatabaseError as exc:
+                error = f"the job's result could not be stored: {exc}"
+                logger.error("job %s (%s): %s", entry.job.id, entry.job.task, error)
+                self._fail_plainly(entry, outcome, error)
+        return completed
+
+    def _fail_plainly(self, entry: Running, outcome: Outcome, error: str) -> JobStatus | None:
+        """Send the run DEAD with a short, always storable error (when its own result or error was refused)."""
+        try:
+            return self._db(
+                lambda: Job.objects.fail(
+                    entry.job.id, self.worker_id, error, permanent=True, fence=outcome.fence
+                )
+            )
+        except DatabaseError as exc:
+            logger.error("job %s: could not record its failure (%s)", entry.job.id, exc)
+            return None
+
+    def _hand_out(self, lane: Lane, jobs: list[Job]) -> None:
+        if jobs and self.abandon.is_set():  # the shutdown's release may have run already
+            released = self._db(lambda: Job.objects.release(self.worker_id), attempts=3) or []
+            logger.warning(
+                "worker %s: released %d job(s) claimed during shutdown", self.worker_id, len(released)
+            )
+            return
+        default_timeout = jobq_settings().job_timeout
+        now = time.monotonic()
+        for job in jobs:
+            task = find_task(job.task)
+            timeout = (task.timeout if task else None) or default_timeout
+            entry = Running(job, job.fence, job.attempts, lane, now + timeout if timeout else None)
+            with self._lock:
+                self._running[entry.key] = entry
+            with lane.cond:
+                lane.busy += 1
+            lane.work.put(entry)
+
+    def _release_orphans(self, lane: Lane) -> None:
+        with self._lock:
+            known = [job_id for (job_id, _), r in self._running.items() if r.lane is lane]
+        released = Job.objects.release_orphans(self.worker_id, lane.queue, known)
+        if released:
+            logger.warning(
+                "worker %s: released %d job(s) from a lost claim reply", self.worker_id, len(released)
+            )
+
+    def _was_written(self, entry: Running, outcome: Outcome) -> bool:
+        """Re-read a job whose DONE write went unconfirmed: True if the row shows our write."""
+        state = self._db(lambda: Job.objects.state(entry.job.id))
+        return state == (JobStatus.DONE, self.worker_id, outcome.fence)
+
+    # -- outcomes --------------------------------------------------------------------------------------
+    def _write_failure(self, entry: Running, outcome: Outcome) -> Report:
+        job = entry.job
+        try:
+            status = self._db(
+                lambda: Job.objects.fail(
+                    job.id, self.worker_id, outcome.error, backoff_seconds=outcome.backoff,
+                    permanent=outcome.permanent, fence=outcome.fence,
+                )
+            )  # fmt: skip
+        except DatabaseError as exc:  # its error text was refused: never retry the same write
+            status = self._fail_plainly(
+                entry, outcome, f"the job failed; its error could not be stored: {exc}"
+            )
+        self._forget(entry)
+        return functools.partial(self._report_failure, entry, outcome, status)
+
+    def _report_failure(self, entry: Running, outcome: Outcome, status: JobStatus | None) -> None:
+        job = entry.job
+        if status is None:
+            logger.warning("job %s: failure not recorded (no longer owned by %s)", job.id, self.worker_id)
+            return
+        extra = {"job_id": job.id, "task": job.task, "attempt": outcome.attempt, "duration": outcome.duration}
+        if status == JobStatus.DEAD:
+            logger.error("job %s (%s) is DEAD after attempt %s:\n%s", job.id, job.task, outcome.attempt,
+                         outcome.error, extra=extra)  # fmt: skip
+            signals.send(signals.job_dead, job=job, worker_id=self.worker_id, error=outcome.error)
+        else:
+            logger.warning("job %s (%s) attempt %s failed, retry scheduled: %s", job.id, job.task,
+                           outcome.attempt, (outcome.error or "?").splitlines()[-1], extra=extra)  # fmt: skip
+            signals.send(
+                signals.job_retried,
+                job=job,
+                worker_id=self.worker_id,
+                error=outcome.error,
+                delay=outcome.backoff,
+            )
+
+    def _report_done(self, entry: Running, outcome: Outcome) -> None:
+        job = entry.job
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("job %s (%s) done in %.3fs (attempt %s)", job.id, job.task, outcome.duration,
+                        outcome.attempt, extra={"job_id": job.id, "task": job.task, "attempt": outcome.attempt,
+                                                "duration": outcome.duration})  # fmt: skip
+        signals.send(
+            signals.job_succeeded, job=job, worker_id=self.worker_id, result=outcome.result_json,
+            duration=outcome.duration,
+        )  # fmt: skip

@@ -1,0 +1,73 @@
+"""Lanes (a queue with its own pool of slots) and the worker's record of each job it runs."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from queue import SimpleQueue
+from typing import TYPE_CHECKING
+
+from .. import validation
+from ..exceptions import ConfigurationError, InvalidJob
+
+if TYPE_CHECKING:
+    from ..models import Job
+    from .runner import Outcome
+
+
+def parse_lanes(spec: str, default_slots: int) -> dict[str, int]:
+    """'interactive:8,agents:2' -> {'interactive': 8, 'agents': 2}; a bare name gets default_slots."""
+    lanes: dict[str, int] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        name, _, slots = part.partition(":")
+        if name in lanes:
+            raise ConfigurationError(f"queue {name!r} is listed twice in {spec!r}")
+        try:
+            lanes[validation.name(name, "queue")] = int(slots) if slots else default_slots
+        except (ValueError, InvalidJob) as exc:
+            raise ConfigurationError(f"bad lane {part!r}: expected QUEUE or QUEUE:SLOTS ({exc})") from None
+    if not lanes or min(lanes.values()) < 1:
+        raise ConfigurationError(f"bad --queues {spec!r}: need at least one queue, each with >= 1 slot")
+    return lanes
+
+
+@dataclass(eq=False)
+class Running:
+    """One run of a job in this worker: the job as claimed and the run's fencing token. An in-slot
+    retry starts a new run (a new Running with a new fence); entries are keyed by (job id, fence)."""
+
+    job: Job
+    fence: int
+    attempt: int
+    lane: Lane
+    deadline: float | None  # monotonic time after which the timeout watchdog fails the job
+    timed_out: bool = False
+    writing: bool = False  # its outcome is being written: the row may leave RUNNING at any moment
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job.id, self.fence)
+
+
+@dataclass(eq=False)
+class Lane:
+    """One queue served by its own pool of slots, so a saturated lane never starves another.
+    ``cond`` guards busy, outcomes, idle and woken; the worker's lock guards ``current``."""
+
+    queue: str
+    slots: int
+    busy: int = 0  # slots running a job
+    outcomes: list[tuple[Running, Outcome]] = field(default_factory=list)  # finished, not yet written
+    idle: bool = False  # the last claim found less than it asked for: wait for a wake-up or the poll
+    woken: bool = False  # a notification arrived
+    work: SimpleQueue[Running | None] = field(default_factory=SimpleQueue)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    done: threading.Event = field(default_factory=threading.Event)
+    current: dict[int, Running] = field(default_factory=dict)  # slot number -> the run it is in
+    stuck_since: float | None = None  # monotonic time since when every slot is stuck past a timeout
+
+    def stuck(self) -> int:
+        """Slots still inside a job function the watchdog has already timed out."""
+        return sum(1 for entry in self.current.values() if entry.timed_out)

@@ -1,0 +1,181 @@
+"""Running one claimed job in a worker slot: check the call, call the task, classify the failure, retry
+in the slot. Whatever the job does, the slot gets an Outcome back, never an exception."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.db import close_old_connections
+from django.utils.module_loading import import_string
+
+from .. import signals
+from ..backoff import RetryPolicy
+from ..conf import jobq_settings
+from ..context import JobContext
+from ..exceptions import InvalidPayload, JobTimeout, PayloadMismatch, PermanentError
+from ..managers import result_json
+from ..tasks import Task, find_task
+
+if TYPE_CHECKING:
+    from ..models import Job
+
+logger = logging.getLogger("django_jobq")
+
+# (new attempt, new fence) -> still ours?  Called after an in-slot retry committed.
+OnAttempt = Callable[[int, int], bool]
+# Runs a progress or lease write on the worker's own connection (see SideWriter).
+SideWrite = Callable[[Callable[[], bool]], bool]
+
+
+@dataclass(slots=True, kw_only=True)
+class Outcome:
+    """What happened to one job in a slot; the worker writes it to the database."""
+
+    fence: int  # the fencing token of the run the outcome belongs to
+    attempt: int  # that run's attempt number (for logs and signals)
+    result_json: str | None = None  # set on success
+    error: str | None = None  # set on failure
+    permanent: bool = False
+    backoff: float | None = None  # seconds before the retry
+    duration: float = 0.0
+    abandoned: bool = False  # the job is no longer ours (lost lease, or failed by the timeout watchdog)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.abandoned
+
+
+def default_policy() -> RetryPolicy:
+    conf = jobq_settings()
+    permanent = tuple(import_string(path) for path in conf.permanent_exceptions)
+    return RetryPolicy(base=conf.backoff_base, cap=conf.backoff_cap, permanent=permanent)
+
+
+def format_error(exc: BaseException) -> str:
+    """The exception with its traceback (no local variables, so no settings or secrets)."""
+    try:
+        return "".join(traceback.format_exception(exc)).rstrip()
+    except Exception:  # a hostile __str__ or traceback
+        return f"{type(exc).__module__}.{type(exc).__qualname__} (its message could not be formatted)"
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # some builtins have none: let the call decide
+        return None
+
+
+def check_call(task: Task[Any, Any], payload: Any, args: tuple[Any, ...]) -> None:
+    """PayloadMismatch unless ``task.func(*args, **payload)`` binds: a JSON object whose keys fit the signature."""
+    if not isinstance(payload, dict):
+        raise PayloadMismatch(
+            f"payload must be a JSON object, not {type(payload).__name__}: {payload!r:.200}"
+        )
+    signature = _signature(task.func)
+    if signature is not None:
+        try:
+            signature.bind(*args, **payload)
+        except TypeError as exc:
+            raise PayloadMismatch(f"payload does not fit {task.name}{signature}: {exc}") from None
+
+
+class SlotRunner:
+    """Executes jobs in one slot thread; owns the slot's event loop for ``async def`` tasks."""
+
+    def __init__(self, worker_id: str, stopping: threading.Event, side_write: SideWrite | None = None):
+        self.worker_id = worker_id
+        self.stopping = stopping
+        self.side_write = side_write
+        self._loop: asyncio.Runner | None = None
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def run(self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt) -> Outcome:
+        close_old_connections()
+        try:
+            return self._run(job, fence, attempt, on_attempt)
+        except Exception as exc:  # never let a job (or a hostile receiver) end the slot
+            return Outcome(fence=fence, attempt=attempt, error=format_error(exc), permanent=True)
+        finally:
+            close_old_connections()
+
+    def _run(self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt) -> Outcome:
+        task = find_task(job.task)
+        if task is None:
+            error = f"no task is registered as {job.task!r}"
+            return Outcome(fence=fence, attempt=attempt, error=error, permanent=True)
+        policy = task.retry or default_policy()
+        conf = jobq_settings()
+        while True:
+            started = time.monotonic()
+            signals.send(signals.job_started, job=job, worker_id=self.worker_id)
+            try:
+                value = self._call(task, job, fence, attempt, task.timeout or conf.job_timeout)
+                result = result_json(value)
+            except Exception as exc:
+                duration = time.monotonic() - started
+                error = format_error(exc)
+                permanent = isinstance(exc, (PermanentError, InvalidPayload, *policy.permanent))
+                if permanent or attempt >= job.max_attempts:
+                    return Outcome(
+                        fence=fence, attempt=attempt, error=error, permanent=permanent, duration=duration
+                    )
+                delay = policy.delay(attempt)
+                if delay > conf.short_retry_seconds:
+                    return Outcome(
+                        fence=fence, attempt=attempt, error=error, backoff=delay, duration=duration
+                    )
+                # A short delay: wait in the slot, keeping the job (the heartbeat renews its lease).
+                if self.stopping.wait(delay):
+                    return Outcome(fence=fence, attempt=attempt, error=error, backoff=0, duration=duration)
+                from ..models import Job as JobModel
+
+                renewed = JobModel.objects.retry_in_slot(job.id, self.worker_id, fence, error)
+                if renewed is None or not on_attempt(*renewed):
+                    return Outcome(fence=fence, attempt=attempt, abandoned=True, duration=duration)
+                logger.info(
+                    "job %s (%s) attempt %s failed; retrying in the slot after %.2fs",
+                    job.id, job.task, attempt, delay,
+                    extra={"job_id": job.id, "task": job.task, "attempt": attempt},
+                )  # fmt: skip
+                signals.send(signals.job_retried, job=job, worker_id=self.worker_id, error=error, delay=delay)
+                attempt, fence = renewed
+                continue
+            return Outcome(
+                fence=fence, attempt=attempt, result_json=result, duration=time.monotonic() - started
+            )
+
+    def _call(self, task: Task[Any, Any], job: Job, fence: int, attempt: int, timeout: float | None) -> Any:
+        args: tuple[Any, ...] = ()
+        if task.takes_context:
+            args = (
+                JobContext(
+                    job_id=job.id, task=job.task, attempt=attempt, max_attempts=job.max_attempts,
+                    worker_id=self.worker_id, fence=fence, side_write=self.side_write,
+                ),
+            )  # fmt: skip
+        check_call(task, job.payload, args)
+        if not task.is_async:
+            return task.func(*args, **job.payload)
+        if self._loop is None:
+            self._loop = asyncio.Runner()
+        try:
+            return self._loop.run(asyncio.wait_for(task.func(*args, **job.payload), timeout))
+        except TimeoutError:
+            if timeout is None:
+                raise
+            raise JobTimeout(f"job ran longer than its timeout of {timeout}s") from None
