@@ -19,16 +19,17 @@ class PayloadTooLarge(InvalidPayload):
     """The serialised payload exceeds JOBQ["MAX_PAYLOAD_BYTES"]."""
 
 
+class PayloadMismatch(InvalidPayload):
+    """The payload does not fit the task function's signature (refused at enqueue; DEAD at once when
+    a worker meets such a row)."""
+
+
 class UnknownTask(InvalidJob):
     """No task is registered under this name (and JOBQ["STRICT_TASKS"] is on)."""
 
 
 class PermanentError(JobqError):
     """Raised by a task to send its job to DEAD at once, without further retries."""
-
-
-class PayloadMismatch(PermanentError):
-    """A claimed job's payload is not a JSON object, or does not fit its task's signature (DEAD at once)."""
 
 
 class JobTimeout(JobqError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -12,7 +13,7 @@ from asgiref.sync import sync_to_async
 
 from . import validation
 from .backoff import RetryPolicy
-from .exceptions import ConfigurationError, UnknownTask
+from .exceptions import ConfigurationError, PayloadMismatch, UnknownTask
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,6 +50,20 @@ class Task(Generic[P, R]):
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.func)
+
+    def check_call(self, payload: Any, context: Any = None) -> None:
+        """PayloadMismatch unless ``payload`` is a JSON object whose keys bind to the function's
+        parameters (after the context, for a task that takes one)."""
+        if not isinstance(payload, dict):
+            raise PayloadMismatch(
+                f"payload must be a JSON object, not {type(payload).__name__}: {payload!r:.200}"
+            )
+        signature = _signature(self.func)
+        if signature is not None:
+            try:
+                signature.bind(*((context,) if self.takes_context else ()), **payload)
+            except TypeError as exc:
+                raise PayloadMismatch(f"payload does not fit {self.name}{signature}: {exc}") from None
 
     def using(self, **options: Any) -> Task[P, R]:
         """A copy whose next enqueue uses these options (queue, priority, delay, run_at, dedupe_key, ...)."""
@@ -133,6 +148,14 @@ def task(
         return new
 
     return register(func) if func is not None else register
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # some callables have none: let the call decide
+        return None
 
 
 def _origin(func: Callable[..., Any]) -> str:

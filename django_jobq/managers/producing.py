@@ -26,6 +26,14 @@ class NewJob(NamedTuple):
 
 
 class ProducerManager(BaseJobManager):
+    @staticmethod
+    def _payload(task: str, payload: Any) -> str:
+        """The payload's JSON text, once it is checked to fit the registered task's signature."""
+        text = validation.payload_json(payload, jobq_settings().max_payload_bytes)
+        if registered := find_task(task):
+            registered.check_call(payload or {})
+        return text
+
     def _options(
         self, task: str, queue: str | None, priority: int | None, max_attempts: int | None
     ) -> tuple[str, str, int, int]:
@@ -67,7 +75,7 @@ class ProducerManager(BaseJobManager):
         task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
         params: dict[str, Any] = {
             "task": task, "queue": queue, "priority": priority, "max_attempts": max_attempts,
-            "payload": validation.payload_json(payload, conf.max_payload_bytes),
+            "payload": self._payload(task, payload),
         }  # fmt: skip
         params["run_at"] = None if run_at is None else validation.aware(run_at, "run_at")
         params["delay"] = 0.0 if delay is None else validation.seconds(delay, "delay")
@@ -91,7 +99,7 @@ class ProducerManager(BaseJobManager):
                     options[key] = self._options(*key)
                 rows.append((
                     *options[key],
-                    validation.payload_json(job.payload, conf.max_payload_bytes),
+                    self._payload(job.task, job.payload),
                     None if job.run_at is None else validation.aware(job.run_at, "run_at"),
                     validation.dedupe_key(job.dedupe_key),
                 ))  # fmt: skip

@@ -4,8 +4,6 @@ in the slot. Whatever the job does, the slot gets an Outcome back, never an exce
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import threading
 import time
@@ -21,7 +19,7 @@ from .. import signals
 from ..backoff import RetryPolicy
 from ..conf import jobq_settings
 from ..context import JobContext
-from ..exceptions import InvalidPayload, JobTimeout, PayloadMismatch, PermanentError
+from ..exceptions import InvalidPayload, JobTimeout, PermanentError
 from ..managers import result_json
 from ..tasks import Task, find_task
 
@@ -66,28 +64,6 @@ def format_error(exc: BaseException) -> str:
         return "".join(traceback.format_exception(exc)).rstrip()
     except Exception:  # a hostile __str__ or traceback
         return f"{type(exc).__module__}.{type(exc).__qualname__} (its message could not be formatted)"
-
-
-@functools.lru_cache(maxsize=1024)
-def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return inspect.signature(func)
-    except (TypeError, ValueError):  # some builtins have none: let the call decide
-        return None
-
-
-def check_call(task: Task[Any, Any], payload: Any, args: tuple[Any, ...]) -> None:
-    """PayloadMismatch unless ``task.func(*args, **payload)`` binds: a JSON object whose keys fit the signature."""
-    if not isinstance(payload, dict):
-        raise PayloadMismatch(
-            f"payload must be a JSON object, not {type(payload).__name__}: {payload!r:.200}"
-        )
-    signature = _signature(task.func)
-    if signature is not None:
-        try:
-            signature.bind(*args, **payload)
-        except TypeError as exc:
-            raise PayloadMismatch(f"payload does not fit {task.name}{signature}: {exc}") from None
 
 
 class SlotRunner:
@@ -168,7 +144,7 @@ class SlotRunner:
                     worker_id=self.worker_id, fence=fence, side_write=self.side_write,
                 ),
             )  # fmt: skip
-        check_call(task, job.payload, args)
+        task.check_call(job.payload, *args)
         if not task.is_async:
             return task.func(*args, **job.payload)
         if self._loop is None:

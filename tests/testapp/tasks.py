@@ -1,8 +1,11 @@
 """Tasks the test suite enqueues and runs."""
 
 import asyncio
+import functools
 import os
 import time
+
+from django.db import transaction
 
 import django_jobq
 from django_jobq import PermanentError, RetryPolicy
@@ -103,3 +106,77 @@ def progress(context, steps: int):
     for step in range(1, steps + 1):
         context.set_progress(step, steps)
     return steps
+
+
+@django_jobq.task(name="test.hostile_result")
+def hostile_result(kind: str):
+    """Return a value PostgreSQL could not store as it is."""
+    return {
+        "nul": {"text": "a\x00b"},
+        "nul_key": {"a\x00": 1},
+        "surrogate": "\ud800",
+        "deep": functools.reduce(lambda inner, _: [inner], range(500), []),
+        "huge": "x" * (2 * 1024 * 1024),
+        "nan": float("nan"),
+    }[kind]
+
+
+class HostileError(Exception):
+    def __str__(self):
+        raise RuntimeError("no message for you")
+
+
+@django_jobq.task(name="test.hostile_error", max_attempts=1)
+def hostile_error(kind: str):
+    """Raise an exception whose text PostgreSQL could not store, or that cannot be printed."""
+    if kind == "nul":
+        raise ValueError("bad\x00byte")
+    if kind == "surrogate":
+        raise ValueError("lone \ud800 surrogate")
+    raise HostileError()
+
+
+@django_jobq.task(name="test.takes_two")
+def takes_two(a: int, b: int):
+    return a + b
+
+
+@django_jobq.task(name="test.locks_own_row", takes_context=True)
+def locks_own_row(context, hold: float):
+    """Report progress inside a transaction that stays open for ``hold`` seconds."""
+    with transaction.atomic():
+        Execution.objects.create(
+            job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id
+        )
+        context.set_progress(1, 2)
+        time.sleep(hold)
+    return "held"
+
+
+@django_jobq.task(name="test.renews_long", takes_context=True)
+def renews_long(context, seconds: float):
+    """Ask for a long lease, then wait (so heartbeats run meanwhile)."""
+    context.renew_lease(3600)
+    time.sleep(seconds)
+    return "renewed"
+
+
+@django_jobq.task(
+    name="test.slow_flaky", takes_context=True, timeout=1.5, retry=RetryPolicy(base=0.01, cap=0.01)
+)
+def slow_flaky(context, seconds: float):
+    """Each attempt takes ``seconds``; the first fails, the second succeeds."""
+    time.sleep(seconds)
+    if context.attempt == 1:
+        raise ConnectionError("first attempt fails late")
+    return {"attempt": context.attempt}
+
+
+@django_jobq.task(name="test.show_timeouts")
+def show_timeouts():
+    """The task's own connection settings (the worker's statement bounds must not leak into it)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('statement_timeout'), current_setting('lock_timeout')")
+        return list(cursor.fetchone())
