@@ -1,4 +1,5 @@
 import signal
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -42,5 +43,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.stop())
-        worker.run()
+        try:
+            worker.run()
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
         self.stdout.write(f"worker {worker.worker_id} stopped after {worker.processed} job(s)")
+        if worker.exit_code:
+            sys.exit(worker.exit_code)  # EXIT_STUCK: a lane stayed wedged; let the supervisor restart us
