@@ -7,11 +7,13 @@ import json
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import django
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import dateformat, timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -61,8 +63,11 @@ def pretty_json(value: Any) -> SafeString:
     return format_html('<pre class="jobq-json">{}</pre>', text)
 
 
-def progress_bar(progress: Any) -> SafeString | str:
-    """A job's {"done": n, "total": m} as an HTML <progress> bar with its figures; "-" when there is none."""
+def progress_bar(progress: Any, *, compact: bool = False) -> SafeString | str:
+    """A job's {"done": n, "total": m} as an HTML <progress> bar with its figures; "-" when there is none.
+
+    ``compact`` (the job list) shows only the percentage next to the bar, the figures on hover.
+    """
     if not isinstance(progress, dict):
         return "-"
     done, total = progress.get("done"), progress.get("total")
@@ -70,13 +75,22 @@ def progress_bar(progress: Any) -> SafeString | str:
         return format_html("<code>{}</code>", json.dumps(progress))
     if isinstance(total, int | float) and not isinstance(total, bool) and total > 0:
         percent = max(0, min(100, round(100 * done / total)))
+        figures = f"{_number(done)} / {_number(total)}"
+        if compact:
+            return format_html(
+                '<span title="{}"><progress class="jobq-progress" value="{}" max="{}">{}%</progress> {}%</span>',
+                figures,
+                done,
+                total,
+                percent,
+                percent,
+            )
         return format_html(
-            '<progress class="jobq-progress" value="{}" max="{}">{}%</progress> {} / {} ({}%)',
+            '<progress class="jobq-progress" value="{}" max="{}">{}%</progress> {} ({}%)',
             done,
             total,
             percent,
-            _number(done),
-            _number(total),
+            figures,
             percent,
         )
     return format_html('<progress class="jobq-progress">…</progress> {} done', _number(done))
@@ -88,6 +102,65 @@ def _number(value: float) -> str:
 
 def ago(moment: dt.datetime | None, now: dt.datetime) -> str:
     return "-" if moment is None else dashboard.format_seconds((now - moment).total_seconds())
+
+
+# -- times: one format everywhere ------------------------------------------------------------------------
+# Tables show how long ago (or how soon) with the exact time on hover; a job's page shows the exact time
+# with how long ago after it. The exact time is always EXACT_FORMAT in the current time zone.
+EXACT_FORMAT = "Y-m-d H:i:s T"
+
+
+def exact_time(moment: dt.datetime) -> str:
+    """``2026-03-01 09:01:00 UTC``: the moment in the current time zone."""
+    return dateformat.format(timezone.localtime(moment), EXACT_FORMAT)
+
+
+def relative_time(moment: dt.datetime, now: dt.datetime | None = None) -> str:
+    """``3m05s ago`` or ``in 20s``."""
+    seconds = (moment - (now or timezone.now())).total_seconds()
+    return (
+        f"in {dashboard.format_seconds(seconds)}"
+        if seconds > 0
+        else f"{dashboard.format_seconds(-seconds)} ago"
+    )
+
+
+def time_cell(moment: dt.datetime | None, now: dt.datetime | None = None) -> SafeString | str:
+    """For a table: the relative time, the exact one on hover."""
+    if moment is None:
+        return "-"
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.isoformat(timespec="seconds"),
+        exact_time(moment),
+        relative_time(moment, now),
+    )
+
+
+def time_field(moment: object, now: dt.datetime | None = None) -> SafeString | str:
+    """For a job's page: the exact time, then the relative one; an ISO string (the error history) is parsed."""
+    if isinstance(moment, str):
+        try:
+            moment = dt.datetime.fromisoformat(moment)
+        except ValueError:
+            return str(moment)
+    if not isinstance(moment, dt.datetime):
+        return "-" if moment is None else str(moment)
+    return format_html(
+        '<time datetime="{}">{}</time> <span class="jobq-muted">({})</span>',
+        moment.isoformat(timespec="seconds"),
+        exact_time(moment),
+        relative_time(moment, now),
+    )
+
+
+def breadcrumbs(*crumbs: tuple[str, str | None]) -> dict[str, Any]:
+    """Context for admin/django_jobq/breadcrumbs.html: (label, url) pairs, the last one the page itself.
+
+    The markup follows the running Django's admin: an <ol> of <li> from Django 6.1, a <div> with
+    separators before it, so each version's own stylesheet applies.
+    """
+    return {"jobq_crumbs": list(crumbs), "jobq_breadcrumbs_list": django.VERSION >= (6, 1)}
 
 
 class EstimatedCountPaginator(_Paginator):

@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from .. import dashboard
-from .common import lanes_text
+from .common import breadcrumbs, lanes_text, time_cell
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -24,8 +24,11 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
         raise PermissionDenied
     snap = dashboard.snapshot()
     refresh = request.GET.get("refresh", "")
+    opts = model_admin.opts
+    app_url = reverse("admin:app_list", kwargs={"app_label": opts.app_label})
     context = {
         **model_admin.admin_site.each_context(request),
+        **breadcrumbs((str(opts.app_config.verbose_name), app_url), ("Queue dashboard", None)),
         "title": "Queue dashboard",
         "opts": model_admin.opts,
         "snap": snap,
@@ -33,7 +36,12 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
         "total": _queue_row(snap.total, snap),
         "chart": throughput_chart(snap.throughput),
         "workers": [
-            {"w": w, "seen": dashboard.format_seconds(w.silent_for), "lanes": lanes_text(w.lanes)}
+            {
+                "w": w,
+                "seen": time_cell(w.last_seen_at, snap.now),
+                "started": time_cell(w.started_at, snap.now),
+                "lanes": lanes_text(w.lanes),
+            }
             for w in snap.workers
         ],
         "refresh": int(refresh) if refresh.isdigit() and 0 < int(refresh) <= 3600 else None,

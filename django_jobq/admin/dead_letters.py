@@ -8,10 +8,11 @@ from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.utils.safestring import SafeString
 
 from .. import dashboard
-from ..models import DeadJob, JobStatus
-from .common import ExceptionFilter, QueueFilter, TaskFilter, per_request
+from ..models import DeadJob, Job, JobStatus
+from .common import ExceptionFilter, QueueFilter, TaskFilter, per_request, time_cell
 from .jobs import JobAdmin
 
 
@@ -19,9 +20,9 @@ from .jobs import JobAdmin
 class DeadJobAdmin(JobAdmin):
     """DEAD jobs, grouped by task and exception class; requeue and delete them."""
 
-    list_display = ("id", "task", "queue", "error_line", "attempts_display", "finished_at")
+    list_display = ("id", "task", "queue", "error_line", "attempts_display", "died")
     list_filter = (TaskFilter, ExceptionFilter, QueueFilter)
-    sortable_by = ("id", "finished_at")
+    sortable_by = ("id", "died")
     paginator = Paginator  # the dead letters are counted through their own index
     change_list_template = "admin/django_jobq/deadjob/change_list.html"
     deletable_statuses = (JobStatus.DEAD,)
@@ -29,6 +30,10 @@ class DeadJobAdmin(JobAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset = super().get_queryset(request).filter(status=JobStatus.DEAD)
         return queryset.annotate(exception=dashboard.ExceptionClass("last_error"))
+
+    @admin.display(description="died", ordering="finished_at")
+    def died(self, obj: Job) -> SafeString | str:
+        return time_cell(obj.finished_at)
 
     # The dead letters are jobs: the Job permissions govern them, not the proxy model's own.
     def has_module_permission(self, request: HttpRequest) -> bool:
@@ -38,5 +43,6 @@ class DeadJobAdmin(JobAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         groups = per_request(request, "dead_groups", dashboard.dead_letter_groups)
-        extra_context = {**(extra_context or {}), "jobq_groups": groups}
+        rows = [{"g": group, "died": time_cell(group.last_finished_at)} for group in groups]
+        extra_context = {**(extra_context or {}), "jobq_groups": groups, "jobq_group_rows": rows}
         return super().changelist_view(request, extra_context)

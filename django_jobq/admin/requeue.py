@@ -16,10 +16,11 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import capfirst
 
 from ..conf import jobq_settings
 from ..models import Job, JobStatus
-from .common import log
+from .common import breadcrumbs, log
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _JobModelAdmin = admin.ModelAdmin[Job]
@@ -122,8 +123,23 @@ class RequeueActions(_JobModelAdmin):
     def _requeue_page(
         self, request: HttpRequest, form: RequeueForm, jobs: list[Job], selected: list[str] | None
     ) -> TemplateResponse:
+        opts = self.opts
+        crumbs: list[tuple[str, str | None]] = [
+            (
+                str(opts.app_config.verbose_name),
+                reverse("admin:app_list", kwargs={"app_label": opts.app_label}),
+            ),
+            (
+                str(capfirst(opts.verbose_name_plural)),
+                reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
+            ),
+        ]
+        if selected is None:  # one job's page: back to that job
+            url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[jobs[0].pk])
+            crumbs.append((str(jobs[0]), url))
         context = {
             **self.admin_site.each_context(request),
+            **breadcrumbs(*crumbs, ("Requeue", None)),
             "title": "Requeue dead jobs",
             "opts": self.opts,
             "form": form,

@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.safestring import SafeString
 
 from .. import dashboard
 from ..conf import jobq_settings
 from ..models import WorkerRecord
-from .common import ago, lanes_text
+from .common import ago, lanes_text, time_cell
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _WorkerModelAdmin = admin.ModelAdmin[WorkerRecord]
@@ -28,8 +29,8 @@ class WorkerRecordAdmin(_WorkerModelAdmin):
         "pid",
         "lanes_display",
         "running",
-        "started_at",
-        "last_seen_at",
+        "started",
+        "last_seen",
     )
     list_filter = ("hostname",)
     search_fields = ("worker_id", "hostname")
@@ -47,6 +48,14 @@ class WorkerRecordAdmin(_WorkerModelAdmin):
         silent = (timezone.now() - obj.last_seen_at).total_seconds()
         alive = silent <= dashboard.ALIVE_HEARTBEATS * jobq_settings().heartbeat_seconds
         return "alive" if alive else f"silent for {dashboard.format_seconds(silent)}"
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: WorkerRecord) -> SafeString | str:
+        return time_cell(obj.started_at)
+
+    @admin.display(description="last heartbeat", ordering="last_seen_at")
+    def last_seen(self, obj: WorkerRecord) -> SafeString | str:
+        return time_cell(obj.last_seen_at)
 
     @admin.display(description="lanes")
     def lanes_display(self, obj: WorkerRecord) -> str:
