@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import functools
 import inspect
 from collections.abc import Callable
@@ -163,11 +164,34 @@ def _origin(func: Callable[..., Any]) -> str:
 
 
 def get_task(name: str) -> Task[Any, Any]:
-    """The task registered as ``name``; UnknownTask if there is none."""
+    """The task registered as ``name``; UnknownTask, naming the closest registered names, if there is none."""
     try:
         return _registry[name]
     except KeyError:
-        raise UnknownTask(f"no task is registered as {name!r}") from None
+        raise UnknownTask(_unknown_task_message(name)) from None
+
+
+def close_task_names(name: str, limit: int = 3) -> list[str]:
+    """The registered names ``name`` most likely meant: same function name first, then similar spellings."""
+    last = name.rpartition(".")[2]
+    same_function = sorted(n for n in _registry if n.rpartition(".")[2] == last)
+    similar = difflib.get_close_matches(name, list(_registry), n=limit, cutoff=0.6)
+    return list(dict.fromkeys(same_function + similar))[:limit]
+
+
+def _unknown_task_message(name: str) -> str:
+    message = f"no task is registered as {name!r}"
+    if not _registry:
+        return message + (
+            "; no task is registered at all: define tasks in an installed app's tasks.py"
+            " (imported at start-up), or import the module that defines them"
+        )
+    close = close_task_names(name)
+    if not close:
+        return message + f" (registered: {len(_registry)} tasks, none with a similar name)"
+    quoted = [repr(n) for n in close]
+    options = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    return f"{message}; did you mean {options}?"
 
 
 def find_task(name: str) -> Task[Any, Any] | None:

@@ -1,16 +1,21 @@
-"""End to end in a real headless Chromium: log in, requeue a dead letter, see it PENDING; screenshot the dashboard.
+"""End to end in a real headless Chromium: log in, requeue a dead letter, see it PENDING; every admin page's
+layout at 1400 px (styled breadcrumbs, headers that neither overlap nor clip, no horizontal scroll).
 
 Runs Debian's chromium (/usr/bin/chromium, or $CHROMIUM) through Playwright; skipped only when that
-browser is not installed. The screenshot lands in tests/artifacts/dashboard.png.
+browser is not installed. Screenshots land in tests/artifacts/django-<version>/ (one per page), run
+the test under each supported Django to get each version's.
 """
 
 import datetime as dt
+import itertools
 import os
 from pathlib import Path
 
+import django
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from django_jobq.models import Job, JobStatus, WorkerRecord
@@ -18,6 +23,8 @@ from tests.conftest import ROOT
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = ROOT / "tests" / "artifacts"
+VERSION_ARTIFACTS = ARTIFACTS / f"django-{django.get_version()}"
+WIDTH = 1400
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -166,3 +173,145 @@ def test_requeue_a_dead_letter_in_a_real_browser(live_server, django_user_model,
     entry = LogEntry.objects.get(object_id=str(job.pk))
     assert (entry.user.username, entry.action_flag) == ("oncall", CHANGE)
     assert shot.stat().st_size > 10_000
+
+
+# Every page of the admin, by the path it lives at; "{dead}" / "{worker}" / ... are filled from seed().
+PAGES = {
+    "index": "/admin/",
+    "app_index": "/admin/django_jobq/",
+    "dashboard": "/admin/django_jobq/job/dashboard/",
+    "job_list": "/admin/django_jobq/job/",
+    "job_running": "/admin/django_jobq/job/{running}/change/",
+    "job_dead": "/admin/django_jobq/job/{dead}/change/",
+    "dead_letters": "/admin/django_jobq/deadjob/",
+    "dead_letter": "/admin/django_jobq/deadjob/{dead}/change/",
+    "requeue": "/admin/django_jobq/job/{dead}/requeue/",
+    "delete": "/admin/django_jobq/deadjob/{dead}/delete/",
+    "workers": "/admin/django_jobq/workerrecord/",
+    "worker": "/admin/django_jobq/workerrecord/{worker}/change/",
+}
+
+# The page's layout, measured in the browser: the breadcrumbs' style against the admin's own variables,
+# every table header cell's text box, and the widths that would need a horizontal scroll.
+MEASURE = """() => {
+  const probe = document.createElement("div");
+  probe.style.background = "var(--breadcrumbs-bg)";
+  document.body.appendChild(probe);
+  const expectedBg = getComputedStyle(probe).backgroundColor;
+  probe.remove();
+  const crumbs = document.querySelector(".breadcrumbs");
+  let breadcrumbs = null;
+  if (crumbs) {
+    const style = getComputedStyle(crumbs), box = crumbs.getBoundingClientRect();
+    const items = [...crumbs.querySelectorAll("li")].map(li => li.getBoundingClientRect().top);
+    breadcrumbs = {
+      tag: crumbs.tagName.toLowerCase(), text: crumbs.innerText.replace(/\\s+/g, " ").trim(),
+      bg: style.backgroundColor, expectedBg, paddingLeft: style.paddingLeft,
+      width: box.width, height: box.height,
+      lineHeight: parseFloat(style.lineHeight) || 20, itemTops: items,
+    };
+  }
+  const headers = [...document.querySelectorAll("#content table thead tr")].map(row =>
+    [...row.children].map(cell => {
+      // The box of the header's words (its text nodes), not of the block elements that hold them.
+      const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      let left = Infinity, right = -Infinity;
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        if (!node.textContent.trim()) continue;
+        const range = document.createRange();
+        range.selectNodeContents(node);
+        for (const rect of range.getClientRects()) {
+          left = Math.min(left, rect.left); right = Math.max(right, rect.right);
+        }
+      }
+      const box = cell.getBoundingClientRect();
+      return {
+        text: cell.innerText.trim(), left, right, cellRight: box.right,
+        clipped: cell.scrollWidth > cell.clientWidth + 1 ||
+          [...cell.querySelectorAll("*")].some(e => e.scrollWidth > e.clientWidth + 1 &&
+                                                  getComputedStyle(e).overflow !== "visible"),
+      };
+    }).filter(cell => cell.text));
+  const scrollers = [...document.querySelectorAll("#content .results, #content .module, #content table")]
+    .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.id || e.className || e.tagName);
+  return {breadcrumbs, headers, scrollers, pageWidth: document.documentElement.scrollWidth,
+          viewport: window.innerWidth};
+}"""
+
+
+def layout_problems(name: str, layout: dict) -> list[str]:
+    """What a reader would notice at 1400 px: unstyled breadcrumbs, run-together or cut headers, scrolling."""
+    problems = []
+    crumbs = layout["breadcrumbs"]
+    if name != "index":  # the admin's home page has no breadcrumbs
+        if crumbs is None:
+            problems.append("no breadcrumbs")
+        else:
+            if crumbs["bg"] != crumbs["expectedBg"]:
+                problems.append(
+                    f"breadcrumbs unstyled: background {crumbs['bg']}, not {crumbs['expectedBg']}"
+                )
+            if crumbs["paddingLeft"] == "0px":
+                problems.append("breadcrumbs without the admin's padding")
+            if crumbs["width"] < layout["viewport"] - 20:
+                problems.append(f"breadcrumbs {crumbs['width']}px wide, not the page's width")
+            if crumbs["height"] > 3 * crumbs["lineHeight"]:
+                problems.append(f"breadcrumbs wrap over {crumbs['height']}px (one line expected)")
+            if len(set(crumbs["itemTops"])) > 1:
+                problems.append("breadcrumb items are not on one line")
+            if not crumbs["text"].startswith("Home"):
+                problems.append(f"breadcrumbs read {crumbs['text']!r}")
+    for row in layout["headers"]:
+        for left, right in itertools.pairwise(row):
+            if right["left"] - left["right"] < 8:
+                problems.append(f"headers {left['text']!r} and {right['text']!r} run together")
+        for cell in row:
+            if cell["clipped"]:
+                problems.append(f"header {cell['text']!r} is cut off")
+            if cell["cellRight"] > layout["viewport"]:
+                problems.append(f"header {cell['text']!r} is past the right edge ({cell['cellRight']}px)")
+    if layout["pageWidth"] > layout["viewport"]:
+        problems.append(f"the page scrolls sideways ({layout['pageWidth']}px wide)")
+    if layout["scrollers"]:
+        problems.append(f"these scroll sideways: {layout['scrollers']}")
+    return problems
+
+
+def test_every_admin_page_reads_well_at_1400px(live_server, django_user_model, settings):
+    """Each page in PAGES: screenshot, styled breadcrumbs, headers apart and whole, nothing past the edge."""
+    settings.JOBQ = {**settings.JOBQ, "HEARTBEAT_SECONDS": 10}
+    user = django_user_model.objects.create_superuser("oncall", "oncall@example.com", "correct horse")
+    dead = seed()
+    ids = {
+        "dead": dead.pk,
+        "running": Job.objects.filter(status=JobStatus.RUNNING)
+        .order_by("id")
+        .values_list("pk", flat=True)[0],
+        "worker": WorkerRecord.objects.order_by("worker_id").values_list("pk", flat=True)[0],
+    }
+    client = Client()
+    client.force_login(user)
+    session = client.cookies[django.conf.settings.SESSION_COOKIE_NAME].value
+    VERSION_ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    from playwright.sync_api import sync_playwright
+
+    problems: dict[str, list[str]] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+            context.add_cookies(
+                [{"name": django.conf.settings.SESSION_COOKIE_NAME, "value": session, "url": live_server.url}]
+            )
+            page = context.new_page()
+            for name, address in PAGES.items():
+                response = page.goto(live_server.url + address.format(**ids))
+                assert response is not None and response.status == 200, (name, response and response.status)
+                page.screenshot(path=str(VERSION_ARTIFACTS / f"{name}.png"), full_page=True)
+                found = layout_problems(name, page.evaluate(MEASURE))
+                if found:
+                    problems[name] = found
+        finally:
+            browser.close()
+    assert not problems, f"Django {django.get_version()}: {problems}"

@@ -34,11 +34,37 @@ def test_refused_order_leaves_neither_row_nor_job(client):
     assert not Order.objects.exists() and not Job.objects.exists()
 
 
-@pytest.mark.django_db(transaction=True)
-def test_demo_command_drains_what_it_enqueued():
+def run_demo() -> str:
     out = StringIO()
     call_command("demo", stdout=out)
-    text = out.getvalue()
+    return out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_command_drains_what_it_enqueued():
+    text = run_demo()
     assert "duplicate, not enqueued" in text and "refused, rolled back" in text
     assert "after:  PENDING=0, RUNNING=0, DONE=5, DEAD=0" in text
     assert "orders confirmed: 2 of 2" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_starts_from_a_clean_slate_each_run():
+    run_demo()
+    text = run_demo()
+    assert "clean slate: removed 5 job(s) and 2 order(s) of an earlier run" in text
+    assert "before: PENDING=5, RUNNING=0, DONE=0, DEAD=0" in text
+    assert "after:  PENDING=0, RUNNING=0, DONE=5, DEAD=0" in text
+    assert "orders confirmed: 2 of 2" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_explains_what_it_showed_and_what_to_try_next(client):
+    text = run_demo()
+    assert "What happened:" in text and "Try next:" in text
+    assert "manage.py jobq_stats" in text and "manage.py runserver" in text
+    assert "http://127.0.0.1:8000/admin/django_jobq/job/dashboard/" in text
+    # the login it prints works, and opens the dashboard it points to
+    assert "log in as 'demo', password 'demo'" in text
+    assert client.login(username="demo", password="demo")
+    assert client.get("/admin/django_jobq/job/dashboard/").status_code == 200

@@ -73,3 +73,31 @@ def test_one_name_cannot_name_two_functions():
 def test_bad_task_options_fail_at_definition(options):
     with pytest.raises(django_jobq.JobqError):
         django_jobq.task(name="unit.bad", **options)(lambda: None)
+
+
+def test_unknown_task_names_the_registered_names_closest_to_it():
+    @django_jobq.task  # registered under its default name, module.qualname
+    def send_receipt() -> None:
+        pass
+
+    with pytest.raises(UnknownTask) as caught:
+        get_task("shop.send_receipt")  # the same function name, another module path: suggested first
+    assert f"; did you mean {send_receipt.name!r}" in str(caught.value)
+
+    @django_jobq.task(name="unit.shop.tasks.send_refund")
+    def send_refund() -> None:
+        pass
+
+    with pytest.raises(UnknownTask) as caught:
+        get_task("unit.shop.send_refnud")  # a misspelling: the closest spelling
+    assert "did you mean 'unit.shop.tasks.send_refund'" in str(caught.value)
+
+
+def test_unknown_task_says_so_when_nothing_is_close(monkeypatch):
+    from django_jobq import tasks
+
+    with pytest.raises(UnknownTask, match=r"none with a similar name"):
+        get_task("zzzz")
+    monkeypatch.setattr(tasks, "_registry", {})
+    with pytest.raises(UnknownTask, match=r"no task is registered at all"):
+        get_task("shop.send_receipt")

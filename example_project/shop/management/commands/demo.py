@@ -1,20 +1,27 @@
-"""Enqueue a few searches and orders the way the views do, drain them with a worker, print counts."""
+"""Enqueue a few searches and orders the way the views do, drain them with a worker, explain what happened."""
 
+import os
+import sys
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from django_jobq.models import Job
+from django_jobq.models import Job, WorkerRecord
 from django_jobq.worker import Worker
 from example_project.shop.models import Order
 from example_project.shop.tasks import confirm_order, search
 
+DEMO_USER = ("demo", "demo")  # the example site's admin login, printed at the end; never for a real site
+
 
 class Command(BaseCommand):
-    help = "Run the django-jobq demo: enqueue, drain with a burst worker, print counts."
+    help = "Run the django-jobq demo on a clean slate: enqueue, drain with a burst worker, explain."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.clean_slate()
         queries = ["coffee beans", "green tea", "coffee beans", "espresso machine", "green tea"]
         for query in queries:
             job_id = search.using(dedupe_key=f"search:{query}").enqueue(query=query)
@@ -37,6 +44,42 @@ class Command(BaseCommand):
         self.stdout.write(f"after:  {self._counts()}")
         confirmed = Order.objects.filter(confirmed_at__isnull=False).count()
         self.stdout.write(f"orders confirmed: {confirmed} of {Order.objects.count()}")
+        self.explain()
+
+    def clean_slate(self) -> None:
+        """Remove what an earlier run left (this is the example site's own database), so counts start at 0."""
+        jobs, _ = Job.objects.all().delete()
+        orders, _ = Order.objects.all().delete()
+        WorkerRecord.objects.all().delete()
+        if jobs or orders:
+            self.stdout.write(f"clean slate: removed {jobs} job(s) and {orders} order(s) of an earlier run")
+
+    def explain(self) -> None:
+        username, password = DEMO_USER
+        users = get_user_model().objects
+        if not users.filter(username=username).exists():
+            users.create_superuser(username, f"{username}@example.com", password)
+        python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else "python"
+        database = settings.DATABASES["default"]
+        url = os.environ.get("DATABASE_URL")
+        prefix = f"DATABASE_URL={url} " if url else ""
+        self.stdout.write(
+            "\nWhat happened:\n"
+            "  - 5 searches were enqueued with a dedupe key: the 2 repeats were refused while the first\n"
+            "    search for the same words was still pending (the database's unique index decides).\n"
+            "  - 3 orders were written, each with its confirmation job in the same transaction; the\n"
+            "    refused one was rolled back and took its job with it (no order, no job).\n"
+            "  - A worker with two lanes (interactive: 4 slots, outbox: 2) ran every due job, stored each\n"
+            "    result, and exited once nothing was due (--burst).\n"
+            "\nTry next:\n"
+            "  - the queue's figures in the terminal:\n"
+            f"    {prefix}{python} manage.py jobq_stats\n"
+            "  - the admin: the jobs with their payloads and results, the dead letters, the dashboard:\n"
+            f"    {prefix}{python} manage.py runserver\n"
+            "    then open http://127.0.0.1:8000/admin/django_jobq/job/dashboard/ and log in as "
+            f"{username!r}, password {password!r}\n"
+            f"  - run the demo again: it starts from a clean slate (database {database['NAME']!r})\n"
+        )
 
     @staticmethod
     def _counts() -> str:

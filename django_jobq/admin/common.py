@@ -1,0 +1,228 @@
+"""What every page of the admin shares: per-request caching, the admin log, formatting, filters, paging."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import django
+from django.contrib import admin
+from django.contrib.admin.models import LogEntry
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import dateformat, timezone
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from .. import dashboard
+from ..models import Job
+
+T = TypeVar("T")
+
+if TYPE_CHECKING:  # Paginator is generic for the type checker only
+    _Paginator = Paginator[Any]
+else:
+    _Paginator = Paginator
+
+# Above this many matching jobs the job list shows the planner's estimate of its total instead of a count.
+ESTIMATE_COUNT_ABOVE = 10_000
+
+
+# -- shared helpers ----------------------------------------------------------------------------------------
+def per_request(request: HttpRequest, key: str, compute: Callable[[], T]) -> T:
+    """Compute once per request (the list filters and the dead-letter groups share their queries)."""
+    cache: dict[str, Any] = request.__dict__.setdefault("_jobq_cache", {})
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]  # type: ignore[no-any-return]
+
+
+def log(request: HttpRequest, jobs: Iterable[Job], flag: int, message: str = "") -> None:
+    """Record in the admin log that the request's user did ``flag`` to each of ``jobs``."""
+    user_id = request.user.pk
+    assert user_id is not None  # admin views require a logged-in staff user
+    LogEntry.objects.log_actions(
+        user_id=user_id, queryset=list(jobs), action_flag=flag, change_message=message
+    )
+
+
+def first_line(text: str | None, limit: int = 120) -> str:
+    if not text:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    line = lines[-1] if lines and lines[0].startswith("Traceback") else (lines[0] if lines else "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def pretty_json(value: Any) -> SafeString:
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return format_html('<pre class="jobq-json">{}</pre>', text)
+
+
+def progress_bar(progress: Any, *, compact: bool = False) -> SafeString | str:
+    """A job's {"done": n, "total": m} as an HTML <progress> bar with its figures; "-" when there is none.
+
+    ``compact`` (the job list) shows only the percentage next to the bar, the figures on hover.
+    """
+    if not isinstance(progress, dict):
+        return "-"
+    done, total = progress.get("done"), progress.get("total")
+    if not isinstance(done, int | float) or isinstance(done, bool):
+        return format_html("<code>{}</code>", json.dumps(progress))
+    if isinstance(total, int | float) and not isinstance(total, bool) and total > 0:
+        percent = max(0, min(100, round(100 * done / total)))
+        figures = f"{_number(done)} / {_number(total)}"
+        if compact:
+            return format_html(
+                '<span title="{}"><progress class="jobq-progress" value="{}" max="{}">{}%</progress> {}%</span>',
+                figures,
+                done,
+                total,
+                percent,
+                percent,
+            )
+        return format_html(
+            '<progress class="jobq-progress" value="{}" max="{}">{}%</progress> {} ({}%)',
+            done,
+            total,
+            percent,
+            figures,
+            percent,
+        )
+    return format_html('<progress class="jobq-progress">…</progress> {} done', _number(done))
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def ago(moment: dt.datetime | None, now: dt.datetime) -> str:
+    return "-" if moment is None else dashboard.format_seconds((now - moment).total_seconds())
+
+
+# -- times: one format everywhere ------------------------------------------------------------------------
+# Tables show how long ago (or how soon) with the exact time on hover; a job's page shows the exact time
+# with how long ago after it. The exact time is always EXACT_FORMAT in the current time zone.
+EXACT_FORMAT = "Y-m-d H:i:s T"
+
+
+def exact_time(moment: dt.datetime) -> str:
+    """``2026-03-01 09:01:00 UTC``: the moment in the current time zone."""
+    return dateformat.format(timezone.localtime(moment), EXACT_FORMAT)
+
+
+def relative_time(moment: dt.datetime, now: dt.datetime | None = None) -> str:
+    """``3m05s ago`` or ``in 20s``."""
+    seconds = (moment - (now or timezone.now())).total_seconds()
+    return (
+        f"in {dashboard.format_seconds(seconds)}"
+        if seconds > 0
+        else f"{dashboard.format_seconds(-seconds)} ago"
+    )
+
+
+def time_cell(moment: dt.datetime | None, now: dt.datetime | None = None) -> SafeString | str:
+    """For a table: the relative time, the exact one on hover."""
+    if moment is None:
+        return "-"
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.isoformat(timespec="seconds"),
+        exact_time(moment),
+        relative_time(moment, now),
+    )
+
+
+def time_field(moment: object, now: dt.datetime | None = None) -> SafeString | str:
+    """For a job's page: the exact time, then the relative one; an ISO string (the error history) is parsed."""
+    if isinstance(moment, str):
+        try:
+            moment = dt.datetime.fromisoformat(moment)
+        except ValueError:
+            return str(moment)
+    if not isinstance(moment, dt.datetime):
+        return "-" if moment is None else str(moment)
+    return format_html(
+        '<time datetime="{}">{}</time> <span class="jobq-muted">({})</span>',
+        moment.isoformat(timespec="seconds"),
+        exact_time(moment),
+        relative_time(moment, now),
+    )
+
+
+def breadcrumbs(*crumbs: tuple[str, str | None]) -> dict[str, Any]:
+    """Context for admin/django_jobq/breadcrumbs.html: (label, url) pairs, the last one the page itself.
+
+    The markup follows the running Django's admin: an <ol> of <li> from Django 6.1, a <div> with
+    separators before it, so each version's own stylesheet applies.
+    """
+    return {"jobq_crumbs": list(crumbs), "jobq_breadcrumbs_list": django.VERSION >= (6, 1)}
+
+
+class EstimatedCountPaginator(_Paginator):
+    """Counts up to ESTIMATE_COUNT_ABOVE rows; past that, the total is the planner's estimate.
+
+    A million-row job list is never counted: the count reads at most ESTIMATE_COUNT_ABOVE + 1 rows.
+    """
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if not isinstance(queryset, QuerySet):
+            return super().count
+        counted = queryset.order_by()[: ESTIMATE_COUNT_ABOVE + 1].count()
+        if counted <= ESTIMATE_COUNT_ABOVE:
+            return counted
+        plan = json.loads(queryset.explain(format="json"))
+        return max(counted, int(plan[0]["Plan"]["Plan Rows"]))
+
+
+# -- list filters ------------------------------------------------------------------------------------------
+class _NameFilter(admin.SimpleListFilter):
+    """Filter on a text column; the choices come from bounded indexes (dashboard.filter_names)."""
+
+    which = 0
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = per_request(request, "filter_names", dashboard.filter_names)[self.which]
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(**{str(self.parameter_name): value})
+
+
+class QueueFilter(_NameFilter):
+    title = "queue"
+    parameter_name = "queue"
+    which = 0
+
+
+class TaskFilter(_NameFilter):
+    title = "task"
+    parameter_name = "task"
+    which = 1
+
+
+class ExceptionFilter(admin.SimpleListFilter):
+    """Dead letters by the exception class that killed them (the last line of last_error)."""
+
+    title = "exception"
+    parameter_name = "exception"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        groups = per_request(request, "dead_groups", dashboard.dead_letter_groups)
+        names = sorted({group.exception for group in groups})
+        return [(name, name or "(no error text)") for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(exception=value)
+
+
+def lanes_text(lanes: dict[str, int]) -> str:
+    return ", ".join(f"{queue}: {slots}" for queue, slots in sorted(lanes.items())) or "-"

@@ -1,0 +1,89 @@
+"""The queue dashboard page: counts per queue and status, lag, throughput, workers (one snapshot)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponseBase
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from .. import dashboard
+from .common import breadcrumbs, lanes_text, time_cell
+
+if TYPE_CHECKING:
+    from ..models import Job
+
+
+def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> HttpResponseBase:
+    """The dashboard, for whoever may view jobs."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    snap = dashboard.snapshot()
+    refresh = request.GET.get("refresh", "")
+    opts = model_admin.opts
+    app_url = reverse("admin:app_list", kwargs={"app_label": opts.app_label})
+    context = {
+        **model_admin.admin_site.each_context(request),
+        **breadcrumbs((str(opts.app_config.verbose_name), app_url), ("Queue dashboard", None)),
+        "title": "Queue dashboard",
+        "opts": model_admin.opts,
+        "snap": snap,
+        "queues": [_queue_row(q, snap) for q in snap.queues],
+        "total": _queue_row(snap.total, snap),
+        "chart": throughput_chart(snap.throughput),
+        "workers": [
+            {
+                "w": w,
+                "seen": time_cell(w.last_seen_at, snap.now),
+                "started": time_cell(w.started_at, snap.now),
+                "lanes": lanes_text(w.lanes),
+            }
+            for w in snap.workers
+        ],
+        "refresh": int(refresh) if refresh.isdigit() and 0 < int(refresh) <= 3600 else None,
+        "jobs_url": reverse("admin:django_jobq_job_changelist"),
+        "dead_url": reverse("admin:django_jobq_deadjob_changelist"),
+    }
+    return TemplateResponse(request, "admin/django_jobq/dashboard.html", context)
+
+
+def _queue_row(q: dashboard.QueueFigures, snap: dashboard.Snapshot) -> dict[str, Any]:
+    done = "?" if q.done is None else (f"≈{q.done}" if snap.done_estimated else str(q.done))
+    return {"q": q, "lag": dashboard.format_seconds(q.lag), "done": done}
+
+
+def throughput_chart(
+    minutes: Sequence[dashboard.Minute], width: int = 900, height: int = 140
+) -> dict[str, Any]:
+    """Geometry of the inline SVG bar chart: one bar per minute, DONE below, DEAD stacked on top."""
+    top = max([m.done + m.dead for m in minutes] + [1])
+    slot = width / max(len(minutes), 1)
+    bars = []
+    for i, m in enumerate(minutes):
+        done_h = height * m.done / top
+        dead_h = height * m.dead / top
+        bars.append(
+            {
+                "x": round(i * slot + 1, 1),
+                "w": round(max(slot - 2, 1), 1),
+                "done_y": round(height - done_h, 1),
+                "done_h": round(done_h, 1),
+                "dead_y": round(height - done_h - dead_h, 1),
+                "dead_h": round(dead_h, 1),
+                "title": f"{m.ago} min ago: {m.done} done, {m.dead} dead"
+                if m.ago
+                else f"last minute: {m.done} done, {m.dead} dead",
+            }
+        )
+    return {
+        "width": width,
+        "height": height,
+        "top": top,
+        "bars": bars,
+        "done": sum(m.done for m in minutes),
+        "dead": sum(m.dead for m in minutes),
+    }

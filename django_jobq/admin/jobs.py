@@ -1,0 +1,316 @@
+"""The job list and a job's page (read-only), with the guarded delete; the requeue and dashboard URLs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import DELETION, LogEntry
+from django.db import connections
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.urls import URLPattern, path
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from .. import dashboard
+from ..conf import jobq_settings
+from ..models import Job, JobStatus
+from ..sql import stats
+from .common import (
+    EstimatedCountPaginator,
+    QueueFilter,
+    TaskFilter,
+    exact_time,
+    first_line,
+    log,
+    pretty_json,
+    progress_bar,
+    time_cell,
+    time_field,
+)
+from .dashboard import dashboard_view
+from .requeue import RequeueActions
+
+
+@admin.register(Job)
+class JobAdmin(RequeueActions):
+    list_display: tuple[str, ...] = (
+        "id",
+        "task",
+        "queue",
+        "status_cell",
+        "run_at_display",
+        "progress_cell",
+        "error_line",
+    )
+    list_display_links = ("id", "task")
+    list_filter: ClassVar[tuple[Any, ...]] = ("status", QueueFilter, TaskFilter)
+    search_fields = ("=id", "task", "=dedupe_key")  # shown as the search box; see get_search_results
+    search_help_text = "A job id, a task name (or its beginning), or a dedupe key."
+    sortable_by = ("id", "run_at")
+    list_per_page = 50
+    show_full_result_count = False
+    paginator: ClassVar[type] = EstimatedCountPaginator
+    actions = ("requeue_selected", "requeue_with_options", "delete_selected")
+    change_form_template = "admin/django_jobq/job/change_form.html"
+    change_list_template = "admin/django_jobq/job/change_list.html"
+    # Statuses this admin may delete; RUNNING never (the SQL refuses it too).
+    deletable_statuses: Sequence[int] = (JobStatus.PENDING, JobStatus.DONE, JobStatus.DEAD)
+    fieldsets = (
+        (
+            None,
+            {"fields": ("id", "task", "queue", "status_badge", "priority", "attempts_display", "dedupe_key")},
+        ),
+        ("Progress", {"fields": ("progress_display",)}),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "created_at_display",
+                    "run_at_field",
+                    "started_at_display",
+                    "finished_at_display",
+                    "duration",
+                )
+            },
+        ),
+        ("Lease", {"fields": ("worker_id", "lease_display")}),
+        ("Payload and result", {"fields": ("payload_pretty", "result_pretty")}),
+        ("Errors", {"fields": ("last_error_pretty", "error_history")}),
+    )
+    readonly_fields = (
+        "id",
+        "task",
+        "queue",
+        "status_badge",
+        "priority",
+        "attempts_display",
+        "dedupe_key",
+        "progress_display",
+        "created_at_display",
+        "run_at_field",
+        "started_at_display",
+        "finished_at_display",
+        "duration",
+        "worker_id",
+        "lease_display",
+        "payload_pretty",
+        "result_pretty",
+        "last_error_pretty",
+        "error_history",
+    )
+
+    # -- permissions: view and the two guarded actions; nobody adds or edits a job by hand -----------------
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user = request.user
+        return user.has_perm("django_jobq.view_job") or user.has_perm("django_jobq.change_job")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.status not in self.deletable_statuses:
+            return False  # no delete button or URL for a RUNNING job
+        return request.user.has_perm("django_jobq.delete_job")
+
+    # -- list ------------------------------------------------------------------------------------------
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(task__startswith=term) | Q(dedupe_key=term)
+        if term.isdigit():
+            match |= Q(id=int(term))
+        return queryset.filter(match), False
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: Job) -> SafeString:
+        status = JobStatus(obj.status)
+        return format_html('<span class="jobq-status jobq-{}">{}</span>', status.name.lower(), status.label)
+
+    @admin.display(description="status", ordering="status")
+    def status_cell(self, obj: Job) -> SafeString:
+        """The status, the attempts used out of those allowed and, on hover, the worker: the list is narrow
+        beside the admin's navigation and filters, so one column says what the job page says in three."""
+        title = (
+            f"attempts used / allowed; worker {obj.worker_id}" if obj.worker_id else "attempts used / allowed"
+        )
+        return format_html(
+            '{} <span class="jobq-muted" title="{}">{}</span>',
+            self.status_badge(obj),
+            title,
+            self.attempts_display(obj),
+        )
+
+    @admin.display(description="attempts")
+    def attempts_display(self, obj: Job) -> str:
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    @admin.display(description="run at", ordering="run_at")
+    def run_at_display(self, obj: Job) -> SafeString | str:
+        return time_cell(obj.run_at)
+
+    @admin.display(description="progress")
+    def progress_cell(self, obj: Job) -> SafeString | str:
+        return progress_bar(obj.progress, compact=True)
+
+    @admin.display(description="progress")
+    def progress_display(self, obj: Job) -> SafeString | str:
+        return progress_bar(obj.progress)
+
+    @admin.display(description="last error")
+    def error_line(self, obj: Job) -> SafeString | str:
+        line = first_line(obj.last_error)
+        return format_html('<span class="jobq-clip" title="{}">{}</span>', line, line) if line else ""
+
+    # -- detail ----------------------------------------------------------------------------------------
+    @admin.display(description="duration")
+    def duration(self, obj: Job) -> str:
+        if obj.started_at is None:
+            return "-"
+        end = obj.finished_at or timezone.now()
+        running = "" if obj.finished_at else " (running)"
+        return dashboard.format_seconds((end - obj.started_at).total_seconds()) + running
+
+    @admin.display(description="created at")
+    def created_at_display(self, obj: Job) -> SafeString | str:
+        return time_field(obj.created_at)
+
+    @admin.display(description="run at")
+    def run_at_field(self, obj: Job) -> SafeString | str:
+        return time_field(obj.run_at)
+
+    @admin.display(description="started at")
+    def started_at_display(self, obj: Job) -> SafeString | str:
+        return time_field(obj.started_at)
+
+    @admin.display(description="finished at")
+    def finished_at_display(self, obj: Job) -> SafeString | str:
+        return time_field(obj.finished_at)
+
+    @admin.display(description="lease")
+    def lease_display(self, obj: Job) -> SafeString | str:
+        if obj.lease_until is None:
+            return "-"
+        left = (obj.lease_until - timezone.now()).total_seconds()
+        if left >= 0:
+            return format_html(
+                "until {} (expires in {})", exact_time(obj.lease_until), dashboard.format_seconds(left)
+            )
+        return format_html(
+            "expired {} ago at {} (the reaper will take the job back)",
+            dashboard.format_seconds(-left),
+            exact_time(obj.lease_until),
+        )
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: Job) -> SafeString:
+        return pretty_json(obj.payload)
+
+    @admin.display(description="result")
+    def result_pretty(self, obj: Job) -> SafeString | str:
+        return "-" if obj.result is None else pretty_json(obj.result)
+
+    @admin.display(description="last error")
+    def last_error_pretty(self, obj: Job) -> SafeString | str:
+        return "-" if not obj.last_error else format_html('<pre class="jobq-error">{}</pre>', obj.last_error)
+
+    @admin.display(description="every failed attempt")
+    def error_history(self, obj: Job) -> SafeString | str:
+        errors = obj.errors if isinstance(obj.errors, list) else []
+        if not errors:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><details><summary>{}</summary>"
+            '<pre class="jobq-error">{}</pre></details></td></tr>',
+            (
+                (
+                    entry.get("attempt", "?"),
+                    time_field(entry.get("at")),
+                    entry.get("worker") or "-",
+                    first_line(str(entry.get("error", ""))),
+                    entry.get("error", ""),
+                )
+                for entry in reversed(errors)
+                if isinstance(entry, dict)
+            ),
+        )
+        return format_html(
+            '<table class="jobq-errors"><thead><tr><th>attempt</th><th>at</th><th>worker</th>'
+            "<th>error (newest first)</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "jobq_can_requeue": self.has_requeue_permission(request)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # -- delete: Django's confirmation page, the guarded statement underneath -------------------------------
+    def get_deleted_objects(
+        self, objs: Iterable[Any], request: HttpRequest
+    ) -> tuple[list[str], dict[str, int], set[str], list[str]]:
+        listed = [str(obj) for obj in objs if obj.status in self.deletable_statuses]
+        return listed, {str(self.opts.verbose_name_plural): len(listed)}, set(), []
+
+    def log_deletions(self, request: HttpRequest, queryset: Iterable[Any]) -> list[LogEntry]:
+        return []  # logged after the delete, for the rows it really removed
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        self._delete(request, [obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._delete(request, list(queryset.values_list("pk", flat=True)))
+
+    def _delete(self, request: HttpRequest, ids: list[int]) -> None:
+        connection = connections[jobq_settings().database]
+        with connection.cursor() as cursor:
+            cursor.execute(stats.DELETE_INACTIVE, {"ids": ids, "statuses": list(self.deletable_statuses)})
+            rows = cursor.fetchall()
+        deleted = [Job(id=pk, task=task, status=status) for pk, task, status in rows]
+        if deleted:
+            log(request, deleted, DELETION)
+        kept = len(ids) - len(deleted)
+        if kept:
+            self.message_user(
+                request,
+                f"{kept} job(s) were not deleted: they are running (or no longer exist).",
+                messages.WARNING,
+            )
+
+    # -- dashboard -------------------------------------------------------------------------------------
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        urls = [
+            path(
+                "<path:object_id>/requeue/",
+                self.admin_site.admin_view(self.requeue_view),
+                name=f"{name}_requeue",
+            )
+        ]
+        if self.model is Job:
+            urls.append(
+                path(
+                    "dashboard/",
+                    self.admin_site.admin_view(self.dashboard_view),
+                    name="django_jobq_dashboard",
+                )
+            )
+        return urls + super().get_urls()
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponseBase:
+        return dashboard_view(self, request)
