@@ -152,7 +152,9 @@ class JobAdmin(RequeueActions):
 
     @admin.display(description="attempts")
     def attempts_display(self, obj: Job) -> str:
-        return f"{obj.attempts}/{obj.max_attempts}"
+        """Attempts used of the budget; shutdown releases apart (the first few use no attempt)."""
+        used = f"{obj.attempts}/{obj.max_attempts}"
+        return f"{used}, {obj.releases} release{'s' if obj.releases > 1 else ''}" if obj.releases else used
 
     @admin.display(description="run at", ordering="run_at")
     def run_at_display(self, obj: Job) -> SafeString | str:
