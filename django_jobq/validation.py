@@ -41,12 +41,20 @@ def dump_json(value: Any, *, what: str = "payload") -> str:
         raise InvalidPayload(f"{what} must be JSON: {exc}") from None
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise InvalidPayload(f"{what} must not contain NUL characters (\\x00), which PostgreSQL cannot store")
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            raise InvalidPayload(f"{what} contains a lone surrogate, which is not valid UTF-8") from None
+    if not _utf8(text):
+        raise InvalidPayload(f"{what} contains a lone surrogate, which is not valid UTF-8")
     return text
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a lone surrogate does not)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_structure(value: Any, what: str, depth: int) -> None:
@@ -88,11 +96,8 @@ def string(value: Any, what: str, max_length: int) -> str:
         raise InvalidJob(f"{what} must be at most {max_length} characters, not {len(value)}")
     if "\x00" in value:
         raise InvalidJob(f"{what} must not contain NUL characters (\\x00): {value!r}")
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise InvalidJob(f"{what} contains a lone surrogate, which is not valid UTF-8") from None
+    if not _utf8(value):
+        raise InvalidJob(f"{what} contains a lone surrogate, which is not valid UTF-8")
     return value
 
 
