@@ -69,12 +69,15 @@ class WorkerFigures:
     hostname: str
     pid: int
     lanes: dict[str, int]  # queue -> slots
+    stuck: dict[str, int]  # queue -> slots stuck in a job past its timeout (absent: none)
     running: int
     started_at: dt.datetime
     last_seen_at: dt.datetime
     stopped_at: dt.datetime | None
     silent_for: float  # seconds since the last heartbeat
-    state: str  # "alive", "silent" (no heartbeat for ALIVE_HEARTBEATS intervals) or "stopped"
+    # "alive", "stuck" (alive, but every slot of a lane is stuck past a timeout), "silent" (no heartbeat
+    # for ALIVE_HEARTBEATS intervals) or "stopped"
+    state: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,7 +279,10 @@ def format_table(snap: Snapshot) -> str:
     if snap.workers:
         rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]
         for w in snap.workers:
-            lanes = ",".join(f"{queue}:{slots}" for queue, slots in sorted(w.lanes.items()))
+            lanes = ",".join(
+                f"{queue}:{slots}" + (f"({w.stuck[queue]} stuck)" if w.stuck.get(queue) else "")
+                for queue, slots in sorted(w.lanes.items())
+            )
             seen = f"{format_seconds(w.silent_for)} ago"
             rows.append((w.worker_id, w.state, w.hostname, str(w.pid), lanes, str(w.running), seen))
         out += _columns(rows)
@@ -333,14 +339,19 @@ def _workers(connection: BaseDatabaseWrapper) -> tuple[WorkerFigures, ...]:
     alive_for = ALIVE_HEARTBEATS * jobq_settings().heartbeat_seconds
     workers = []
     rows = _run(connection, sql.WORKERS, recent=WORKERS_RECENT_SECONDS, limit=WORKERS_LIMIT)
-    for worker_id, host, pid, lanes, running, started, seen, stopped, silent_for in rows:
+    for worker_id, host, pid, lanes, running, stuck, started, seen, stopped, silent_for in rows:
+        lanes = json.loads(lanes) if isinstance(lanes, str) else lanes
+        stuck = json.loads(stuck) if isinstance(stuck, str) else stuck or {}
         state = "stopped" if stopped is not None else "alive" if silent_for <= alive_for else "silent"
+        if state == "alive" and any(n >= lanes.get(queue, n + 1) for queue, n in stuck.items()):
+            state = "stuck"
         workers.append(
             WorkerFigures(
                 worker_id=worker_id,
                 hostname=host,
                 pid=pid,
-                lanes=json.loads(lanes) if isinstance(lanes, str) else lanes,
+                lanes=lanes,
+                stuck=stuck,
                 running=running,
                 started_at=started,
                 last_seen_at=seen,

@@ -77,7 +77,7 @@ GROUP BY queue, status, ago
 # workers: the workers whose heartbeat was seen in the last %(recent)s seconds, newest first, at most
 # %(limit)s (jobq_worker_seen index), with how long ago each was seen.
 WORKERS = f"""
-SELECT worker_id, hostname, pid, lanes, running, started_at, last_seen_at, stopped_at,
+SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at,
        extract(epoch FROM ({NOW} - last_seen_at))::float8 AS silent_for
 FROM jobq_worker
 WHERE last_seen_at > {NOW} - make_interval(secs => %(recent)s)

@@ -178,3 +178,18 @@ def test_exit_codes_of_the_real_command():
     )
     assert unreadable.returncode == 3, unreadable.stderr
     assert "cannot read the queue's figures" in unreadable.stderr
+
+
+def test_a_worker_whose_lane_is_all_stuck_shows_as_stuck():
+    WorkerRecord.objects.create(
+        worker_id="wedged:9", hostname="wedged", pid=9, lanes={"default": 2, "emails": 1},
+        stuck={"default": 2}, running=2,
+    )  # fmt: skip
+    WorkerRecord.objects.create(
+        worker_id="half:8", hostname="half", pid=8, lanes={"default": 2}, stuck={"default": 1}, running=2
+    )
+    states = {w.worker_id: w.state for w in dashboard.snapshot().workers}
+    assert states == {"wedged:9": "stuck", "half:8": "alive"}
+    out = StringIO()
+    call_command("jobq_stats", stdout=out)
+    assert "default:2(2 stuck)" in out.getvalue()
