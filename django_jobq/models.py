@@ -54,10 +54,13 @@ class Job(models.Model):
             models.Index(
                 fields=["lease_until"], condition=models.Q(status=JobStatus.RUNNING), name="jobq_job_lease"
             ),
-            # prune and recent-throughput figures: WHERE finished_at < cutoff / > since.
+            # prune: WHERE status=DONE|DEAD AND finished_at < cutoff, one status's old rows being one range;
+            # exact DONE counts and the recent-throughput figures per queue, index-only (queue included).
+            # Partial on the terminal statuses, so enqueue and claim never write it.
             models.Index(
-                fields=["finished_at"],
-                condition=models.Q(finished_at__isnull=False),
+                fields=["status", "finished_at"],
+                include=["queue"],
+                condition=models.Q(status__in=[JobStatus.DONE, JobStatus.DEAD]),
                 name="jobq_job_finished",
             ),
             # dead letters: DEAD counts per queue (index-only) and the dead-letter list, filtered by task.

@@ -277,15 +277,19 @@ GROUP BY status
 
 # prune: delete up to %(batch)s finished jobs of one terminal status older than the retention.
 # The status guard repeats DONE/DEAD so that no parameter can ever make it delete an active job.
+# The batch is picked (and locked, skipping rows a concurrent prune holds) from jobq_job_finished
+# (status, finished_at), where one status's old rows are one contiguous range, and the DELETE finds
+# them by primary key (id = ANY(ARRAY(...)), an init plan): "id IN (subquery)" would let the planner
+# hash-join the batch against a scan of the whole table.
 PRUNE = f"""
 DELETE FROM jobq_job
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM jobq_job
     WHERE status = %(status)s AND status IN ({DONE}, {DEAD})
       AND finished_at < {NOW} - make_interval(secs => %(age)s)
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-)
+)) AND status IN ({DONE}, {DEAD})
 """
 
 # set_progress: record {"done", "total"} on an owned RUNNING job.
