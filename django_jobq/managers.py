@@ -433,7 +433,11 @@ class JobManager(models.Manager["Job"]):
         """Jobs per status name (every status present, zero-filled), optionally for one queue."""
         from .models import JobStatus
 
-        found = dict(self._execute(self._sql().COUNTS, {"queue": queue}))
+        sql = self._sql()
+        if queue is None:
+            found = dict(self._execute(sql.COUNTS, {}))
+        else:
+            found = dict(self._execute(sql.COUNTS_QUEUE, {"queue": queue}))
         return {status.name: found.get(status.value, 0) for status in JobStatus}
 
     # -- async twins -----------------------------------------------------------------------------------

@@ -268,11 +268,27 @@ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = {DEAD}
 RETURNING j.id
 """
 
-# counts: jobs per status, optionally for one queue. Read-only.
-COUNTS = """
-SELECT status, count(*) FROM jobq_job
-WHERE %(queue)s::text IS NULL OR queue = %(queue)s
-GROUP BY status
+# counts: jobs per status, exact. Each arm repeats its partial index's predicate (status = …), so it is
+# counted from that index alone (an index-only scan where the visibility map allows): PENDING from
+# jobq_job_claim, RUNNING from jobq_job_lease, DONE from jobq_job_finished (status, finished_at) and DEAD
+# from jobq_job_dead, never from the table. Each arm's cost follows the rows of its status; the DONE arm
+# reads the whole DONE part of jobq_job_finished (an exact count cannot do less), which is a fraction of
+# the table's size. Read-only.
+COUNTS = f"""
+SELECT {PENDING}, count(*) FROM jobq_job WHERE status = {PENDING}
+UNION ALL SELECT {RUNNING}, count(*) FROM jobq_job WHERE status = {RUNNING}
+UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE}
+UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD}
+"""
+
+# counts_queue: COUNTS for one queue. PENDING and DEAD are index-only ranges of their indexes (queue
+# leads them); RUNNING filters the lease index's rows (as many as jobs run); DONE filters the DONE part
+# of jobq_job_finished on its included queue column, index-only.
+COUNTS_QUEUE = f"""
+SELECT {PENDING}, count(*) FROM jobq_job WHERE status = {PENDING} AND queue = %(queue)s
+UNION ALL SELECT {RUNNING}, count(*) FROM jobq_job WHERE status = {RUNNING} AND queue = %(queue)s
+UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE} AND queue = %(queue)s
+UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD} AND queue = %(queue)s
 """
 
 # prune: delete up to %(batch)s finished jobs of one terminal status older than the retention.
