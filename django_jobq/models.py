@@ -54,11 +54,13 @@ class Job(models.Model):
             models.Index(
                 fields=["lease_until"], condition=models.Q(status=JobStatus.RUNNING), name="jobq_job_lease"
             ),
-            # prune: WHERE status=DONE|DEAD AND finished_at < cutoff, one status's old rows being one range;
-            # exact DONE counts and the recent-throughput figures per queue, index-only (queue included).
-            # Partial on the terminal statuses, so enqueue and claim never write it.
+            # prune: WHERE status=DONE|DEAD AND finished_at < cutoff, the old rows one range, their status
+            # checked in the index; recent-throughput figures per queue (finished_at > since) and exact
+            # DONE counts, index-only (queue included). finished_at leads so that the planner sees its
+            # correlation with the table's order. Partial on the terminal statuses: enqueue and claim
+            # never write it.
             models.Index(
-                fields=["status", "finished_at"],
+                fields=["finished_at", "status"],
                 include=["queue"],
                 condition=models.Q(status__in=[JobStatus.DONE, JobStatus.DEAD]),
                 name="jobq_job_finished",

@@ -16,6 +16,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='job',
-            index=models.Index(condition=models.Q(('status__in', [2, 3])), fields=['status', 'finished_at'], include=('queue',), name='jobq_job_finished'),
+            index=models.Index(condition=models.Q(('status__in', [2, 3])), fields=['finished_at', 'status'], include=('queue',), name='jobq_job_finished'),
         ),
     ]

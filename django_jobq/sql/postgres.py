@@ -270,7 +270,7 @@ RETURNING j.id
 
 # counts: jobs per status, exact. Each arm repeats its partial index's predicate (status = …), so it is
 # counted from that index alone (an index-only scan where the visibility map allows): PENDING from
-# jobq_job_claim, RUNNING from jobq_job_lease, DONE from jobq_job_finished (status, finished_at) and DEAD
+# jobq_job_claim, RUNNING from jobq_job_lease, DONE from jobq_job_finished (finished_at, status) and DEAD
 # from jobq_job_dead, never from the table. Each arm's cost follows the rows of its status; the DONE arm
 # reads the whole DONE part of jobq_job_finished (an exact count cannot do less), which is a fraction of
 # the table's size. Read-only.
@@ -294,15 +294,17 @@ UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD} AND queue 
 # prune: delete up to %(batch)s finished jobs of one terminal status older than the retention.
 # The status guard repeats DONE/DEAD so that no parameter can ever make it delete an active job.
 # The batch is picked (and locked, skipping rows a concurrent prune holds) from jobq_job_finished
-# (status, finished_at), where one status's old rows are one contiguous range, and the DELETE finds
-# them by primary key (id = ANY(ARRAY(...)), an init plan): "id IN (subquery)" would let the planner
-# hash-join the batch against a scan of the whole table.
+# (finished_at, status), where the old rows are one range whose status is checked in the index without
+# visiting the table (oldest first: the order keeps every plan, generic ones too, on that index), and
+# the DELETE finds them by primary key (id = ANY(ARRAY(...)), an init plan): "id IN (subquery)" would
+# let the planner hash-join the batch against a scan of the whole table.
 PRUNE = f"""
 DELETE FROM jobq_job
 WHERE id = ANY(ARRAY(
     SELECT id FROM jobq_job
     WHERE status = %(status)s AND status IN ({DONE}, {DEAD})
       AND finished_at < {NOW} - make_interval(secs => %(age)s)
+    ORDER BY finished_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )) AND status IN ({DONE}, {DEAD})
