@@ -83,6 +83,14 @@ SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 # the last lane's) is read as one plain index range: thousands of distinct priority values cost at most
 # _WALK descents more than the plain scan.
 _WALK = 32
+# How the planner is shown the limit, the list of queues and "due": the limit and the list as init plans
+# (never constants), and due as a closed range of run_at. So a custom plan is costed as the generic plan
+# is, and PostgreSQL settles on the generic plan after a few executions instead of planning these
+# statements again on every claim; and the generic plan's estimate of the rows due stays small (the
+# default selectivity of a range, not of an open inequality), so its cost does not grow with the
+# backlog towards the JIT thresholds. Neither changes the plan's shape, which the lateral joins fix.
+_LIMIT = "(SELECT %(limit)s::int)"
+_DUE_NOW = f"run_at >= '-infinity' AND run_at <= (SELECT {NOW})"
 
 
 def _due(queue: str, gate: str = "") -> str:
@@ -103,17 +111,17 @@ def _due(queue: str, gate: str = "") -> str:
     SELECT due.id, due.priority, due.run_at FROM lanes AS l CROSS JOIN LATERAL (
         SELECT * FROM (
             SELECT id, priority, run_at FROM jobq_job
-            WHERE status = {PENDING} AND queue = {queue} AND priority = l.priority AND run_at <= {NOW}
+            WHERE status = {PENDING} AND queue = {queue} AND priority = l.priority AND {_DUE_NOW}
               AND l.depth < {_WALK}
-            ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS lane
+            ORDER BY run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS lane
         UNION ALL
         SELECT * FROM (
             SELECT id, priority, run_at FROM jobq_job
-            WHERE status = {PENDING} AND queue = {queue} AND priority >= l.priority AND run_at <= {NOW}
+            WHERE status = {PENDING} AND queue = {queue} AND priority >= l.priority AND {_DUE_NOW}
               AND l.depth = {_WALK}
-            ORDER BY priority, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS rest
+            ORDER BY priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
     ) AS due
-    LIMIT %(limit)s"""
+    LIMIT {_LIMIT}"""
 
 
 # One queue: its walk, as it comes.
@@ -125,10 +133,10 @@ _PICK_ONE = f"picked AS MATERIALIZED (\n    {_due('%(queue)s')}\n)"
 # order: until the claim commits, the rows it locked but did not take are skipped by a claim running
 # at the same moment, which may take a job ranked after them. Sequential claims see the strict order.
 _PICK_QUEUES = f"""picked AS MATERIALIZED (
-    SELECT due.id FROM (SELECT DISTINCT name FROM unnest(%(queues)s::text[]) AS u(name)) AS q
+    SELECT due.id FROM (SELECT DISTINCT name FROM unnest((SELECT %(queues)s::text[])) AS u(name)) AS q
     CROSS JOIN LATERAL ({_due("q.name")}) AS due
     ORDER BY due.priority, due.run_at, due.id
-    LIMIT %(limit)s
+    LIMIT {_LIMIT}
 )"""
 
 # Every queue: the queues that have PENDING jobs, found by a skip scan of the claim index (one descent
@@ -151,11 +159,11 @@ _PICK_ANY = f"""picked AS MATERIALIZED (
         UNION ALL
         SELECT * FROM (
             SELECT id, priority, run_at FROM jobq_job
-            WHERE status = {PENDING} AND queue >= q.name AND run_at <= {NOW} AND q.depth = {_WALK}
-            ORDER BY queue, priority, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS rest
+            WHERE status = {PENDING} AND queue >= q.name AND {_DUE_NOW} AND q.depth = {_WALK}
+            ORDER BY queue, priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
     ) AS due
     ORDER BY due.priority, due.run_at, due.id
-    LIMIT %(limit)s
+    LIMIT {_LIMIT}
 )"""
 _TAKE = f"""UPDATE jobq_job AS j
 SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1,

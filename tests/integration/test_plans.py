@@ -143,6 +143,7 @@ def test_claim_skips_the_future_jobs_of_a_lower_priority(future_backlog, generic
     assert pages(plan) < 30 + 15 * limit, pages(plan)
     assert rows_read(plan) <= 3 * limit + 5
     assert walked(plan) == [2]  # the priorities 50 and 100, one descent each
+    assert plan["Total Cost"] < 10_000  # far below the default jit_above_cost (100,000)
     assert set(Job.objects.filter(status=1).values_list("priority", flat=True)) == {100}
 
 
@@ -216,7 +217,25 @@ def test_claims_over_queues_merge_per_queue_walks(due_backlog, statement, queues
     assert_sorts_at_most(plan, named * limit)
     assert rows_read(plan) <= named * (3 * limit + 3)
     assert pages(plan) < 80 + 25 * named * limit, pages(plan)
+    assert plan["Total Cost"] < 100_000  # no JIT compilation at the default thresholds
     assert sorted(Job.objects.filter(status=1).values_list("id", flat=True)) == sorted(best)
+
+
+def test_claims_settle_on_their_generic_plans(due_backlog):
+    """The claims are prepared; their custom plans cost what the generic plan costs, so PostgreSQL
+    stops planning them after its first five executions."""
+    for _ in range(8):
+        Job.objects.claim("w", queues=["a"])
+        Job.objects.claim("w", queues=["a", "b"])
+        Job.objects.claim("w")
+        Job.objects.complete_and_claim("w", [], 1, "c")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+            ["%picked AS MATERIALIZED%"],
+        )
+        plans = [row[0] for row in cursor.fetchall()]
+    assert len(plans) == 4 and min(plans) >= 3, plans
 
 
 @pytest.fixture
