@@ -67,10 +67,10 @@ SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 # attempts += 1 makes the new attempt number the fencing token for every later write by this owner.
 #
 # The selection walks the partial claim index (status PENDING: queue, priority, run_at, id) rather than
-# range-scanning it: "run_at <= now" bounds nothing in that index after an inequality-free prefix of
-# (queue), so a plain scan steps over every future job (delayed, or waiting out a retry backoff) filed
-# under a lower priority value, and a claim over several queues cannot use the index order at all and
-# sorts the whole due backlog. Instead, per queue (_due):
+# range-scanning it: priority comes before run_at in that index, so "run_at <= now" cannot bound a
+# range of it, and a plain scan steps over every future job (delayed, or waiting out a retry backoff)
+# filed under a lower priority value; a claim over several queues cannot use the index order at all
+# and sorts the whole due backlog. Instead, per queue (_due):
 #   lanes: the queue's distinct priority values, lowest first, one index descent each (a recursive skip
 #          scan). A recursive CTE is evaluated only as far as its reader pulls, so the walk stops at the
 #          lane that fills the limit.
@@ -83,6 +83,7 @@ SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 # the last lane's) is read as one plain index range: thousands of distinct priority values cost at most
 # _WALK descents more than the plain scan.
 _WALK = 32
+
 # How the planner is shown the limit, the list of queues and "due": the limit and the list as init plans
 # (never constants), and due as a closed range of run_at. So a custom plan is costed as the generic plan
 # is, and PostgreSQL settles on the generic plan after a few executions instead of planning these
@@ -142,9 +143,10 @@ _PICK_QUEUES = f"""picked AS MATERIALIZED (
 # Every queue: the queues that have PENDING jobs, found by a skip scan of the claim index (one descent
 # each), then as for several queues. After _WALK queues the walk stops and the rest (queue >= the last
 # one found) is read in plain index order, (queue, priority, run_at, id), without a sort: so when more
-# than _WALK queues hold PENDING jobs, the order is strict among the first _WALK - 1 queues (by name)
-# and the best of the rest, and the rest are served queue by queue. Thousands of queues cost at most
-# _WALK walks (and lock at most _WALK times %(limit)s rows), and no plan sorts the backlog.
+# than _WALK queues hold PENDING jobs, the first _WALK - 1 queues (by name) are walked, the rest are
+# served in queue-name order, and the merge takes the best of both; with _WALK queues or fewer the
+# order is strict. Thousands of queues cost at most _WALK walks (and lock at most _WALK times
+# %(limit)s rows), and no plan sorts the backlog.
 _PICK_ANY = f"""picked AS MATERIALIZED (
     WITH RECURSIVE queues(name, depth) AS (
         (SELECT queue, 1 FROM jobq_job WHERE status = {PENDING} ORDER BY queue LIMIT 1)
