@@ -61,10 +61,15 @@ class Job(models.Model):
             models.Index(
                 fields=["lease_until"], condition=models.Q(status=JobStatus.RUNNING), name="jobq_job_lease"
             ),
-            # prune and recent-throughput figures: WHERE finished_at < cutoff / > since.
+            # prune: WHERE status=DONE|DEAD AND finished_at < cutoff, the old rows one range, their status
+            # checked in the index; recent-throughput figures per queue (finished_at > since) and exact
+            # DONE counts, index-only (queue included). finished_at leads so that the planner sees its
+            # correlation with the table's order. Partial on the terminal statuses: enqueue and claim
+            # never write it.
             models.Index(
-                fields=["finished_at"],
-                condition=models.Q(finished_at__isnull=False),
+                fields=["finished_at", "status"],
+                include=["queue"],
+                condition=models.Q(status__in=[JobStatus.DONE, JobStatus.DEAD]),
                 name="jobq_job_finished",
             ),
             # dead letters: DEAD counts per queue (index-only) and the dead-letter list, filtered by task.

@@ -49,7 +49,7 @@ class ConsumerManager(BaseJobManager):
         else:
             if isinstance(queues, str) or not queues:
                 raise InvalidJob("queues must be a non-empty list of queue names (or None for all)")
-            names = [validation.name(q, "queue") for q in queues]
+            names = list(dict.fromkeys(validation.name(q, "queue") for q in queues))
             statement, params["queue"], params["queues"] = (
                 (sql.CLAIM_ONE_QUEUE, names[0], None) if len(names) == 1 else (sql.CLAIM_QUEUES, None, names)
             )

@@ -73,7 +73,11 @@ class MaintenanceManager(BaseJobManager):
         """Jobs per status name (every status present, zero-filled), optionally for one queue."""
         from ..models import JobStatus
 
-        found = dict(self._execute(self._sql().COUNTS, {"queue": queue}))
+        sql = self._sql()
+        if queue is None:
+            found = dict(self._execute(sql.COUNTS, {}))
+        else:
+            found = dict(self._execute(sql.COUNTS_QUEUE, {"queue": queue}))
         return {status.name: found.get(status.value, 0) for status in JobStatus}
 
     def acquire_lease(self, name: str, holder: str, seconds: float) -> bool:

@@ -81,18 +81,113 @@ SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 # claim: pick up to %(limit)s due PENDING jobs and make them RUNNING for this worker, in one statement.
 # The selection locks its rows FOR UPDATE SKIP LOCKED, so concurrent claimers never wait for or take the
 # same row, and sits in a MATERIALIZED CTE: an optimisation fence the planner cannot inline or re-run,
-# so the UPDATE touches exactly the rows selected and never more than the limit. The ORDER BY matches
-# the partial claim index (status PENDING: queue, priority, run_at, id). The UPDATE finds the picked
+# so the UPDATE touches exactly the rows selected and never more than the limit. Order: lowest priority
+# value first, then run_at, then id, across every queue the claim names. The UPDATE finds the picked
 # rows by primary key (id = ANY(ARRAY(...)), an init plan), never by a join whose plan could scan the
 # table: the statement is prepared, and a generic plan must not depend on the limit's value.
 # fence += 1 gives this run a token no earlier run held; attempts += 1 counts it against max_attempts.
 # RETURNING names the columns a worker needs, never the error history or an old result.
-_PICK = f"""picked AS MATERIALIZED (
-    SELECT id FROM jobq_job
-    WHERE status = {PENDING} AND run_at <= {NOW} {{queue_filter}}
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+#
+# The selection walks the partial claim index (status PENDING: queue, priority, run_at, id) rather than
+# range-scanning it: priority comes before run_at in that index, so "run_at <= now" cannot bound a
+# range of it, and a plain scan steps over every future job (delayed, or waiting out a retry backoff)
+# filed under a lower priority value; a claim over several queues cannot use the index order at all
+# and sorts the whole due backlog. Instead, per queue (_due):
+#   lanes: the queue's distinct priority values, lowest first, one index descent each (a recursive skip
+#          scan). A recursive CTE is evaluated only as far as its reader pulls, so the walk stops at the
+#          lane that fills the limit.
+#   due:   per lane, the due jobs are one contiguous index range (queue, priority = p, run_at <= now),
+#          read in (run_at, id) order and locked as they are read: a claimer skips the rows another one
+#          holds and reads on, and the Limit above stops reading, and locking, at %(limit)s rows.
+# The rows come out in claim order without a sort (the walk yields its lanes in ascending order, one
+# iteration at a time, and a nested loop keeps the order of its outer side), so nothing stands between
+# the lock and the limit that would read ahead. After _WALK lanes, the rest of the queue (priority >=
+# the last lane's) is read as one plain index range: thousands of distinct priority values cost at most
+# _WALK descents more than the plain scan.
+_WALK = 32
+
+# How the planner is shown the limit, the list of queues and "due": the limit and the list as init plans
+# (never constants), and due as a closed range of run_at. So a custom plan is costed as the generic plan
+# is, and PostgreSQL settles on the generic plan after a few executions instead of planning these
+# statements again on every claim; and the generic plan's estimate of the rows due stays small (the
+# default selectivity of a range, not of an open inequality), so its cost does not grow with the
+# backlog towards the JIT thresholds. Neither changes the plan's shape, which the lateral joins fix.
+_LIMIT = "(SELECT %(limit)s::int)"
+_DUE_NOW = f"run_at >= '-infinity' AND run_at <= (SELECT {NOW})"
+
+
+def _due(queue: str, gate: str = "") -> str:
+    """The due jobs of one queue (an expression: a parameter, or an outer column), claim order, locked,
+    at most %(limit)s; none unless ``gate`` (a condition on outer columns) holds. Columns id, priority,
+    run_at."""
+    gate = f" AND {gate}" if gate else ""
+    return f"""WITH RECURSIVE lanes(priority, depth) AS (
+        (SELECT priority, 1 FROM jobq_job WHERE status = {PENDING} AND queue = {queue}{gate}
+         ORDER BY priority LIMIT 1)
+        UNION ALL
+        SELECT (SELECT n.priority FROM jobq_job AS n
+                WHERE n.status = {PENDING} AND n.queue = {queue} AND n.priority > l.priority
+                ORDER BY n.priority LIMIT 1),
+               l.depth + 1
+        FROM lanes AS l WHERE l.priority IS NOT NULL AND l.depth < {_WALK}
+    )
+    SELECT due.id, due.priority, due.run_at FROM lanes AS l CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT id, priority, run_at FROM jobq_job
+            WHERE status = {PENDING} AND queue = {queue} AND priority = l.priority AND {_DUE_NOW}
+              AND l.depth < {_WALK}
+            ORDER BY run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS lane
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, priority, run_at FROM jobq_job
+            WHERE status = {PENDING} AND queue = {queue} AND priority >= l.priority AND {_DUE_NOW}
+              AND l.depth = {_WALK}
+            ORDER BY priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
+    ) AS due
+    LIMIT {_LIMIT}"""
+
+
+# One queue: its walk, as it comes.
+_PICK_ONE = f"picked AS MATERIALIZED (\n    {_due('%(queue)s')}\n)"
+
+# Several queues: each queue's walk (at most %(limit)s rows each), merged by (priority, run_at, id).
+# The merge is a sort, which reads all its input before the limit applies, so each queue locks up to
+# %(limit)s rows and the claim takes the best %(limit)s of them. That is the one relaxation of the
+# order: until the claim commits, the rows it locked but did not take are skipped by a claim running
+# at the same moment, which may take a job ranked after them. Sequential claims see the strict order.
+_PICK_QUEUES = f"""picked AS MATERIALIZED (
+    SELECT due.id FROM (SELECT DISTINCT name FROM unnest((SELECT %(queues)s::text[])) AS u(name)) AS q
+    CROSS JOIN LATERAL ({_due("q.name")}) AS due
+    ORDER BY due.priority, due.run_at, due.id
+    LIMIT {_LIMIT}
+)"""
+
+# Every queue: the queues that have PENDING jobs, found by a skip scan of the claim index (one descent
+# each), then as for several queues. After _WALK queues the walk stops and the rest (queue >= the last
+# one found) is read in plain index order, (queue, priority, run_at, id), without a sort: so when more
+# than _WALK queues hold PENDING jobs, the first _WALK - 1 queues (by name) are walked, the rest are
+# served in queue-name order, and the merge takes the best of both; with _WALK queues or fewer the
+# order is strict. Thousands of queues cost at most _WALK walks (and lock at most _WALK times
+# %(limit)s rows), and no plan sorts the backlog.
+_PICK_ANY = f"""picked AS MATERIALIZED (
+    WITH RECURSIVE queues(name, depth) AS (
+        (SELECT queue, 1 FROM jobq_job WHERE status = {PENDING} ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT n.queue FROM jobq_job AS n WHERE n.status = {PENDING} AND n.queue > q.name
+                ORDER BY n.queue LIMIT 1),
+               q.depth + 1
+        FROM queues AS q WHERE q.name IS NOT NULL AND q.depth < {_WALK}
+    )
+    SELECT due.id FROM queues AS q CROSS JOIN LATERAL (
+        SELECT * FROM ({_due("q.name", f"q.depth < {_WALK}")}) AS one
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, priority, run_at FROM jobq_job
+            WHERE status = {PENDING} AND queue >= q.name AND {_DUE_NOW} AND q.depth = {_WALK}
+            ORDER BY queue, priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
+    ) AS due
+    ORDER BY due.priority, due.run_at, due.id
+    LIMIT {_LIMIT}
 )"""
 CLAIMED_COLUMNS = (
     "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
@@ -103,9 +198,9 @@ SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1, fe
     started_at = {NOW}, lease_until = {NOW} + make_interval(secs => %(lease)s)
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING {", ".join("j." + c for c in CLAIMED_COLUMNS)}"""
-CLAIM_ANY_QUEUE = f"WITH {_PICK.format(queue_filter='')}\n{_TAKE}"
-CLAIM_ONE_QUEUE = f"WITH {_PICK.format(queue_filter='AND queue = %(queue)s')}\n{_TAKE}"
-CLAIM_QUEUES = f"WITH {_PICK.format(queue_filter='AND queue = ANY(%(queues)s::text[])')}\n{_TAKE}"
+CLAIM_ANY_QUEUE = f"WITH {_PICK_ANY}\n{_TAKE}"
+CLAIM_ONE_QUEUE = f"WITH {_PICK_ONE}\n{_TAKE}"
+CLAIM_QUEUES = f"WITH {_PICK_QUEUES}\n{_TAKE}"
 
 # Owned by the caller: RUNNING under its worker_id (the fence is checked by each statement; a NULL
 # fence, the manager's unfenced form for manual use, accepts any run of this owner).
@@ -246,24 +341,46 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status = {DEAD}
 RETURNING j.id
 """
 
-# counts: jobs per status, optionally for one queue. Read-only.
-COUNTS = """
-SELECT status, count(*) FROM jobq_job
-WHERE %(queue)s::text IS NULL OR queue = %(queue)s
-GROUP BY status
+# counts: jobs per status, exact. Each arm repeats its partial index's predicate (status = …), so it is
+# counted from that index alone (an index-only scan where the visibility map allows): PENDING from
+# jobq_job_claim, RUNNING from jobq_job_lease, DONE from jobq_job_finished (finished_at, status) and DEAD
+# from jobq_job_dead, never from the table. Each arm's cost follows the rows of its status; the DONE arm
+# reads the whole DONE part of jobq_job_finished (an exact count cannot do less), which is a fraction of
+# the table's size. Read-only.
+COUNTS = f"""
+SELECT {PENDING}, count(*) FROM jobq_job WHERE status = {PENDING}
+UNION ALL SELECT {RUNNING}, count(*) FROM jobq_job WHERE status = {RUNNING}
+UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE}
+UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD}
+"""
+
+# counts_queue: COUNTS for one queue. PENDING and DEAD are index-only ranges of their indexes (queue
+# leads them); RUNNING filters the lease index's rows (as many as jobs run); DONE filters the DONE part
+# of jobq_job_finished on its included queue column, index-only.
+COUNTS_QUEUE = f"""
+SELECT {PENDING}, count(*) FROM jobq_job WHERE status = {PENDING} AND queue = %(queue)s
+UNION ALL SELECT {RUNNING}, count(*) FROM jobq_job WHERE status = {RUNNING} AND queue = %(queue)s
+UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE} AND queue = %(queue)s
+UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD} AND queue = %(queue)s
 """
 
 # prune: delete up to %(batch)s finished jobs of one terminal status older than the retention.
 # The status guard repeats DONE/DEAD so that no parameter can ever make it delete an active job.
+# The batch is picked (and locked, skipping rows a concurrent prune holds) from jobq_job_finished
+# (finished_at, status), where the old rows are one range whose status is checked in the index without
+# visiting the table (oldest first: the order keeps every plan, generic ones too, on that index), and
+# the DELETE finds them by primary key (id = ANY(ARRAY(...)), an init plan): "id IN (subquery)" would
+# let the planner hash-join the batch against a scan of the whole table.
 PRUNE = f"""
 DELETE FROM jobq_job
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM jobq_job
     WHERE status = %(status)s AND status IN ({DONE}, {DEAD})
       AND finished_at < {NOW} - make_interval(secs => %(age)s)
+    ORDER BY finished_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-)
+)) AND status IN ({DONE}, {DEAD})
 """
 
 # set_progress: record {"done", "total"} on an owned RUNNING job.
@@ -326,7 +443,7 @@ SELECT status, worker_id, fence FROM jobq_job WHERE id = %(id)s
 # (the LEFT JOIN): the ids completed, then the claimed job's columns, NULL when nothing was claimed.
 COMPLETE_AND_CLAIM = f"""
 WITH done AS ({COMPLETE_MANY}),
-{_PICK.format(queue_filter="AND queue = %(queue)s")},
+{_PICK_ONE},
 claimed AS ({_TAKE})
 SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done) AS completed, claimed.*
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
