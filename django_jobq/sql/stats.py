@@ -52,19 +52,19 @@ LEFT JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) 
 
 # done_count: DONE jobs per queue, counted, reading at most %(limit)s of them (NULL: no limit, for
 # jobq_stats --exact). When the limit is reached the caller uses DONE_ESTIMATE instead, so the count is
-# exact for a small history and costs at most %(limit)s rows for a large one. The redundant
-# "finished_at IS NOT NULL" (every DONE job has one) lets the planner read jobq_job_finished instead of
-# the table when finished jobs are few among many active ones.
+# exact for a small history and costs at most %(limit)s rows for a large one. status = DONE implies the
+# predicate of jobq_job_finished (partial on DONE/DEAD, queue included), so the planner can count from
+# that index alone instead of the table when finished jobs are few among many active ones.
 DONE_COUNT = f"""
 SELECT queue, count(*) FROM (
-    SELECT queue FROM jobq_job WHERE status = {DONE} AND finished_at IS NOT NULL LIMIT %(limit)s
+    SELECT queue FROM jobq_job WHERE status = {DONE} LIMIT %(limit)s
 ) AS done
 GROUP BY queue
 """
 
 # finished: jobs that reached DONE or DEAD in the last hour, per queue, status and minute ("minutes
-# ago", 0 = the last 60 seconds). The range on finished_at implies the partial index's predicate
-# (finished_at IS NOT NULL), so PostgreSQL reads jobq_job_finished for the last hour only. At most
+# ago", 0 = the last 60 seconds). The status list repeats the predicate of jobq_job_finished (partial
+# on DONE/DEAD, led by finished_at), so PostgreSQL reads that index for the last hour only. At most
 # queues x 2 x 60 rows come back; the 5- and 60-minute figures and the chart are sums of them.
 FINISHED = f"""
 SELECT queue, status, floor(extract(epoch FROM ({NOW} - finished_at)) / 60)::int AS ago, count(*)
