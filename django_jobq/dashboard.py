@@ -90,6 +90,7 @@ class Snapshot:
     done_estimated: bool  # DONE counts come from planner statistics, not a count
     throughput: tuple[Minute, ...]  # MINUTES entries, oldest first
     workers: tuple[WorkerFigures, ...]  # most recently seen first
+    unserved: tuple[str, ...]  # queues with due jobs that no live worker serves (by its lanes)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
@@ -168,14 +169,27 @@ def snapshot(*, exact: bool = False) -> Snapshot:
         Minute(ago=ago, done=buckets[ago, JobStatus.DONE], dead=buckets[ago, JobStatus.DEAD])
         for ago in reversed(range(MINUTES))
     )
+    workers = _workers(connection)
     return Snapshot(
         now=now,
         queues=queues,
         total=_total(queues),
         done_estimated=done_estimated,
         throughput=throughput,
-        workers=_workers(connection),
+        workers=workers,
+        unserved=_unserved(queues, workers),
     )
+
+
+def _unserved(queues: Sequence[QueueFigures], workers: Sequence[WorkerFigures]) -> tuple[str, ...]:
+    """Queues with due jobs that no live worker's lanes name (a "*" lane serves every queue)."""
+    served: set[str] = set()
+    for w in workers:
+        if w.state in ("alive", "stuck"):
+            served |= set(w.lanes)
+    if "*" in served:
+        return ()
+    return tuple(q.queue for q in queues if q.due and q.queue not in served)
 
 
 def check(
@@ -275,6 +289,8 @@ def format_table(snap: Snapshot) -> str:
     out = [f"django-jobq at {snap.now.isoformat(timespec='seconds')}", *_columns(lines)]
     if snap.done_estimated:
         out.append("~ DONE counts are planner estimates (jobq_stats --exact counts them)")
+    if snap.unserved:
+        out.append(f"! due jobs and no live worker serving: {', '.join(snap.unserved)}")
     out.append("")
     if snap.workers:
         rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]

@@ -126,7 +126,7 @@ def task(
 
     def register(func: Callable[P, R]) -> Task[P, R]:
         task_name = validation.name(name or f"{func.__module__}.{func.__qualname__}", "task name")
-        validation.name(queue, "queue")
+        validation.queue(queue)
         validation.priority(priority)
         if max_attempts is not None:
             validation.max_attempts(max_attempts)

@@ -109,6 +109,13 @@ def name(value: Any, what: str) -> str:
     return str(value)
 
 
+def queue(value: Any) -> str:
+    """A queue name jobs can be put in: a name, and not "*" (a worker's lane for every queue)."""
+    if value == "*":
+        raise InvalidJob('"*" is not a queue name: it stands for every queue in a worker\'s --queues')
+    return name(value, "queue")
+
+
 def integer(value: Any, what: str, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise InvalidJob(f"{what} must be an integer in [{low}, {high}], not {value!r}")

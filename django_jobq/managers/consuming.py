@@ -80,20 +80,25 @@ class ConsumerManager(BaseJobManager):
         worker_id: str,
         done: Sequence[tuple[int, int, str]],
         limit: int,
-        queue: str,
+        queue: str | None,
         lease_seconds: float | None = None,
+        *,
+        exclude: Sequence[str] = (),
     ) -> tuple[set[int], list[Job]]:
-        """complete_many and claim_batch for one queue in a single statement (one commit).
+        """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
+        ``exclude``) in a single statement (one commit).
 
         Returns the ids completed (still owned) and the jobs claimed (``limit`` may be 0)."""
         ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
         params: dict[str, Any] = {
             "worker_id": worker_id, "ids": ids, "fences": fences, "results": results,
             "limit": validation.integer(limit, "limit", 0, 100_000), "queue": queue,
-            "lease": self._lease(lease_seconds),
+            "lease": self._lease(lease_seconds), "exclude": list(exclude),
         }  # fmt: skip
+        sql = self._sql()
+        statement = sql.COMPLETE_AND_CLAIM if queue is not None else sql.COMPLETE_AND_CLAIM_REST
         with self._cursor() as cursor:
-            cursor.execute(self._sql().COMPLETE_AND_CLAIM, self._common(params))
+            cursor.execute(statement, self._common(params))
             names = [column.name for column in cursor.description][1:]
             rows = cursor.fetchall()
         completed = set(rows[0][0])
@@ -172,10 +177,15 @@ class ConsumerManager(BaseJobManager):
         rows = self._execute(self._sql().RETRY_IN_SLOT, params)
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
-    def release_orphans(self, worker_id: str, queue: str, known: Sequence[int]) -> list[int]:
-        """Give back jobs of ``queue`` held by ``worker_id`` other than ``known`` (lost claim replies)."""
-        params = {"worker_id": worker_id, "queue": queue, "known": list(known)}
-        return [row[0] for row in self._execute(self._sql().RELEASE_ORPHANS, params)]
+    def release_orphans(
+        self, worker_id: str, queue: str | None, known: Sequence[int], *, exclude: Sequence[str] = ()
+    ) -> list[int]:
+        """Give back jobs of ``queue`` (None: of every queue but ``exclude``) held by ``worker_id``
+        other than ``known`` (lost claim replies)."""
+        params = {"worker_id": worker_id, "queue": queue, "known": list(known), "exclude": list(exclude)}
+        sql = self._sql()
+        statement = sql.RELEASE_ORPHANS if queue is not None else sql.RELEASE_ORPHANS_REST
+        return [row[0] for row in self._execute(statement, params)]
 
     def state(self, job_id: int) -> tuple[JobStatus, str | None, int] | None:
         """(status, worker_id, fence) of a job, or None if it no longer exists."""

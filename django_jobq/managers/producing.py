@@ -50,7 +50,7 @@ class ProducerManager(BaseJobManager):
             max_attempts = (registered and registered.max_attempts) or jobq_settings().max_attempts
         return (
             task,
-            validation.name(queue, "queue"),
+            validation.queue(queue),
             validation.priority(priority),
             validation.max_attempts(max_attempts),
         )

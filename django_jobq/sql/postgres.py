@@ -162,6 +162,7 @@ _PICK_QUEUES = f"""picked AS MATERIALIZED (
     LIMIT {_LIMIT}
 )"""
 
+
 # Every queue: the queues that have PENDING jobs, found by a skip scan of the claim index (one descent
 # each), then as for several queues. After _WALK queues the walk stops and the rest (queue >= the last
 # one found) is read in plain index order, (queue, priority, run_at, id), without a sort: so when more
@@ -169,7 +170,12 @@ _PICK_QUEUES = f"""picked AS MATERIALIZED (
 # served in queue-name order, and the merge takes the best of both; with _WALK queues or fewer the
 # order is strict. Thousands of queues cost at most _WALK walks (and lock at most _WALK times
 # %(limit)s rows), and no plan sorts the backlog.
-_PICK_ANY = f"""picked AS MATERIALIZED (
+def _pick_any(rest: str = "") -> str:
+    """_PICK_ANY's selection; ``rest`` (a condition on a queue name, written with {q}) leaves out the
+    queues it does not hold for."""
+    keep = f" AND {rest.format(q='q.name')}" if rest else ""
+    keep_rows = f" AND {rest.format(q='queue')}" if rest else ""
+    return f"""picked AS MATERIALIZED (
     WITH RECURSIVE queues(name, depth) AS (
         (SELECT queue, 1 FROM jobq_job WHERE status = {PENDING} ORDER BY queue LIMIT 1)
         UNION ALL
@@ -179,16 +185,23 @@ _PICK_ANY = f"""picked AS MATERIALIZED (
         FROM queues AS q WHERE q.name IS NOT NULL AND q.depth < {_WALK}
     )
     SELECT due.id FROM queues AS q CROSS JOIN LATERAL (
-        SELECT * FROM ({_due("q.name", f"q.depth < {_WALK}")}) AS one
+        SELECT * FROM ({_due("q.name", f"q.depth < {_WALK}{keep}")}) AS one
         UNION ALL
         SELECT * FROM (
             SELECT id, priority, run_at FROM jobq_job
-            WHERE status = {PENDING} AND queue >= q.name AND {_DUE_NOW} AND q.depth = {_WALK}
+            WHERE status = {PENDING} AND queue >= q.name AND {_DUE_NOW} AND q.depth = {_WALK}{keep_rows}
             ORDER BY queue, priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
     ) AS due
     ORDER BY due.priority, due.run_at, due.id
     LIMIT {_LIMIT}
 )"""
+
+
+_PICK_ANY = _pick_any()
+# The rest: every queue but those named in %(exclude)s (the worker's "*" lane, which serves the queues
+# its other lanes do not).
+_REST = "{q} <> ALL(%(exclude)s::text[])"
+_PICK_REST = _pick_any(_REST)
 CLAIMED_COLUMNS = (
     "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
     "fence", "releases", "worker_id", "lease_until", "dedupe_key", "created_at", "started_at",
@@ -201,6 +214,7 @@ RETURNING {", ".join("j." + c for c in CLAIMED_COLUMNS)}"""
 CLAIM_ANY_QUEUE = f"WITH {_PICK_ANY}\n{_TAKE}"
 CLAIM_ONE_QUEUE = f"WITH {_PICK_ONE}\n{_TAKE}"
 CLAIM_QUEUES = f"WITH {_PICK_QUEUES}\n{_TAKE}"
+CLAIM_REST = f"WITH {_PICK_REST}\n{_TAKE}"
 
 # Owned by the caller: RUNNING under its worker_id (the fence is checked by each statement; a NULL
 # fence, the manager's unfenced form for manual use, accepts any run of this owner).
@@ -423,14 +437,17 @@ RETURNING attempts, fence
 # release_orphans: after a claim whose reply was lost (connection dropped after commit), give back
 # every job of this queue that this worker holds but does not know it runs; they never ran, so the
 # attempt the claim counted is returned. Only this worker's dispatcher for the queue claims rows
-# with this worker_id and queue (worker ids are unique per live process), so nothing races it.
-RELEASE_ORPHANS = f"""
+# with this worker_id and queue (worker ids are unique per live process, and a worker's lanes serve
+# disjoint sets of queues), so nothing races it. RELEASE_ORPHANS_REST is the same for the "*" lane.
+_RELEASE_ORPHANS = f"""
 UPDATE jobq_job
 SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW}, attempts = attempts - 1
-WHERE status = {RUNNING} AND worker_id = %(worker_id)s AND queue = %(queue)s
+WHERE status = {RUNNING} AND worker_id = %(worker_id)s AND {{queues}}
   AND id <> ALL(%(known)s::bigint[])
 RETURNING id
 """
+RELEASE_ORPHANS = _RELEASE_ORPHANS.format(queues="queue = %(queue)s")
+RELEASE_ORPHANS_REST = _RELEASE_ORPHANS.format(queues=_REST.format(q="queue"))
 
 # job_state: re-read a job to resolve a write whose outcome is unknown (connection lost mid-commit).
 JOB_STATE = """
@@ -441,13 +458,16 @@ SELECT status, worker_id, fence FROM jobq_job WHERE id = %(id)s
 # one queue DONE (COMPLETE_MANY's guard) and claim up to %(limit)s more from it (CLAIM's fenced
 # selection). The two UPDATEs touch disjoint rows (RUNNING vs PENDING). One row always comes back
 # (the LEFT JOIN): the ids completed, then the claimed job's columns, NULL when nothing was claimed.
-COMPLETE_AND_CLAIM = f"""
+# COMPLETE_AND_CLAIM_REST is the same for the "*" lane: it claims from every queue but %(exclude)s.
+_COMPLETE_AND_CLAIM = f"""
 WITH done AS ({COMPLETE_MANY}),
-{_PICK_ONE},
+{{pick}},
 claimed AS ({_TAKE})
-SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM done) AS completed, claimed.*
+SELECT (SELECT coalesce(array_agg(id), '{{{{}}}}') FROM done) AS completed, claimed.*
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 """
+COMPLETE_AND_CLAIM = _COMPLETE_AND_CLAIM.format(pick=_PICK_ONE)
+COMPLETE_AND_CLAIM_REST = _COMPLETE_AND_CLAIM.format(pick=_PICK_REST)
 
 # lease_acquire: take the named maintenance lease (e.g. the reaper's) for %(holder)s until now +
 # %(seconds)s, when nobody holds it, its holder let it expire, or we hold it already (a renewal).

@@ -4,6 +4,6 @@ job runner (slots.py, runner.py), the heartbeat and watchdog (heartbeat.py), the
 
 from .core import Worker
 from .heartbeat import EXIT_STUCK
-from .lanes import parse_lanes
+from .lanes import ALL_QUEUES, parse_lanes
 
-__all__ = ["EXIT_STUCK", "Worker", "parse_lanes"]
+__all__ = ["ALL_QUEUES", "EXIT_STUCK", "Worker", "parse_lanes"]

@@ -25,7 +25,7 @@ from ..exceptions import ConfigurationError, InvalidJob
 from ..listener import Listener
 from ..models import Job
 from .heartbeat import HeartbeatMixin
-from .lanes import Lane
+from .lanes import ALL_QUEUES, Lane
 from .side import SideWriter
 from .slots import SlotMixin
 
@@ -63,7 +63,11 @@ class Worker(HeartbeatMixin, SlotMixin):
             )
         except InvalidJob as exc:
             raise ConfigurationError(str(exc)) from None
-        self.lanes = {name: Lane(name, slots) for name, slots in lanes.items()}
+        named = tuple(sorted(q for q in lanes if q != ALL_QUEUES))
+        self.lanes = {
+            name: Lane(name, slots, exclude=named if name == ALL_QUEUES else ())
+            for name, slots in lanes.items()
+        }
         self.burst, self.max_jobs, self.grace = burst, max_jobs, grace
         self.poll_interval = conf.poll_interval if poll_interval is None else poll_interval
         self.listen = conf.notify if listen is None else listen
@@ -191,7 +195,7 @@ class Worker(HeartbeatMixin, SlotMixin):
     def _on_notify(self, queue_name: str | None) -> None:
         if queue_name is None:
             self._wake_all()
-        elif lane := self.lanes.get(queue_name):
+        elif lane := self.lanes.get(queue_name) or self.lanes.get(ALL_QUEUES):
             with lane.cond:
                 lane.woken = True
                 lane.cond.notify_all()

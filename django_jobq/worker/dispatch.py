@@ -82,7 +82,9 @@ class DispatchMixin(WorkerBase):
         done = [(r.job.id, o.fence, o.result_json or "null") for r, o in successes]
         try:
             Job.objects.bound_statements()
-            completed, jobs = Job.objects.complete_and_claim(self.worker_id, done, limit, lane.queue, lease)
+            completed, jobs = Job.objects.complete_and_claim(
+                self.worker_id, done, limit, lane.claims, lease, exclude=lane.exclude
+            )
         except DatabaseError as exc:
             connections[jobq_settings().database].close()
             jobs = []
@@ -160,7 +162,7 @@ class DispatchMixin(WorkerBase):
     def _release_orphans(self, lane: Lane) -> None:
         with self._lock:
             known = [job_id for (job_id, _), r in self._running.items() if r.lane is lane]
-        released = Job.objects.release_orphans(self.worker_id, lane.queue, known)
+        released = Job.objects.release_orphans(self.worker_id, lane.claims, known, exclude=lane.exclude)
         if released:
             logger.warning(
                 "worker %s: released %d job(s) from a lost claim reply", self.worker_id, len(released)

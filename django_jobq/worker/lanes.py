@@ -15,8 +15,12 @@ if TYPE_CHECKING:
     from .runner import Outcome
 
 
+ALL_QUEUES = "*"  # a lane serving every queue that no other lane of the worker serves
+
+
 def parse_lanes(spec: str, default_slots: int) -> dict[str, int]:
-    """'interactive:8,agents:2' -> {'interactive': 8, 'agents': 2}; a bare name gets default_slots."""
+    """'interactive:8,agents:2' -> {'interactive': 8, 'agents': 2}; a bare name gets default_slots;
+    '*' is the lane for every other queue."""
     lanes: dict[str, int] = {}
     for part in (p.strip() for p in spec.split(",")):
         if not part:
@@ -56,8 +60,9 @@ class Lane:
     """One queue served by its own pool of slots, so a saturated lane never starves another.
     ``cond`` guards busy, outcomes, idle and woken; the worker's lock guards ``current``."""
 
-    queue: str
+    queue: str  # or ALL_QUEUES
     slots: int
+    exclude: tuple[str, ...] = ()  # for the ALL_QUEUES lane: the queues the worker's other lanes serve
     busy: int = 0  # slots running a job
     outcomes: list[tuple[Running, Outcome]] = field(default_factory=list)  # finished, not yet written
     idle: bool = False  # the last claim found less than it asked for: wait for a wake-up or the poll
@@ -67,6 +72,11 @@ class Lane:
     done: threading.Event = field(default_factory=threading.Event)
     current: dict[int, Running] = field(default_factory=dict)  # slot number -> the run it is in
     stuck_since: float | None = None  # monotonic time since when every slot is stuck past a timeout
+
+    @property
+    def claims(self) -> str | None:
+        """The queue this lane claims from; None for every queue but ``exclude``."""
+        return None if self.queue == ALL_QUEUES else self.queue
 
     def stuck(self) -> int:
         """Slots still inside a job function the watchdog has already timed out."""

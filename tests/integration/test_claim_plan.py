@@ -19,6 +19,10 @@ HOT = {
         "worker_id": "w", "ids": [1, 2], "fences": [1, 1], "results": ["null", "null"],
         "limit": 10, "lease": 30, "queue": "default",
     },
+    "COMPLETE_AND_CLAIM_REST": {
+        "worker_id": "w", "ids": [1, 2], "fences": [1, 1], "results": ["null", "null"],
+        "limit": 10, "lease": 30, "exclude": ["emails"],
+    },
     "COMPLETE_MANY": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "results": ["null", "null"]},
     "HEARTBEAT": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "lease": 30},
 }  # fmt: skip

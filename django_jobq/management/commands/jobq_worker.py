@@ -13,7 +13,11 @@ class Command(BaseCommand):
     help = "Run a worker: claim jobs from the given queues and run them until stopped (SIGTERM drains)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queues", default="default", help="QUEUE[:SLOTS],... (default: default)")
+        parser.add_argument(
+            "--queues",
+            default="*",
+            help="QUEUE[:SLOTS],...; '*' is every queue not listed (default: '*', every queue)",
+        )
         parser.add_argument(
             "--concurrency", type=int, default=4, help="slots for queues listed without :SLOTS"
         )
