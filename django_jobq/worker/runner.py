@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.db import Error as DatabaseError
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
@@ -84,8 +85,8 @@ class SlotRunner:
         close_old_connections()
         try:
             return self._run(job, fence, attempt, on_attempt)
-        except Exception as exc:  # never let a job (or a hostile receiver) end the slot
-            return Outcome(fence=fence, attempt=attempt, error=format_error(exc), permanent=True)
+        except Exception as exc:  # never let a job end the slot: a failure like any other, retried
+            return Outcome(fence=fence, attempt=attempt, error=format_error(exc))
         finally:
             close_old_connections()
 
@@ -120,7 +121,10 @@ class SlotRunner:
                     return Outcome(fence=fence, attempt=attempt, error=error, backoff=0, duration=duration)
                 from ..models import Job as JobModel
 
-                renewed = JobModel.objects.retry_in_slot(job.id, self.worker_id, fence, error)
+                try:
+                    renewed = JobModel.objects.retry_in_slot(job.id, self.worker_id, fence, error)
+                except DatabaseError:  # the database is away: fail this attempt the usual way instead
+                    return Outcome(fence=fence, attempt=attempt, error=error, backoff=0, duration=duration)
                 if renewed is None or not on_attempt(*renewed):
                     return Outcome(fence=fence, attempt=attempt, abandoned=True, duration=duration)
                 logger.info(
