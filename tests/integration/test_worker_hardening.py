@@ -183,3 +183,29 @@ def test_a_lane_whose_every_slot_is_stuck_stops_the_worker_with_a_distinct_statu
     thread.join(timeout=20)
     assert not thread.is_alive() and worker.exit_code == EXIT_STUCK
     assert Job.objects.get().status == JobStatus.DEAD  # the hung job itself was failed at its timeout
+
+
+@pytest.mark.p1
+def test_a_timeout_racing_an_in_slot_retry_never_strands_the_job(short_lease):
+    """The watchdog times out a run just after its in-slot retry committed: the failure it writes names
+    the old fence and is refused, and the new run is tracked (heartbeated, completable), not stranded."""
+    from django_jobq.worker.lanes import Running
+    from django_jobq.worker.runner import Outcome
+
+    worker = Worker({"default": 1})
+    lane = worker.lanes["default"]
+    jid = Job.objects.enqueue("test.noop")
+    job = Job.objects.claim_batch(worker.worker_id, 1)[0]
+    old = Running(job, job.fence, job.attempts, lane, deadline=None)
+    worker._running[old.key] = old
+    lane.current[0] = old
+    attempt, fence = Job.objects.retry_in_slot(jid, worker.worker_id, job.fence, "first attempt failed")
+    old.timed_out = True  # the watchdog fires now, with the old run's fence
+    del worker._running[old.key]
+    worker._write_failure(old, Outcome(fence=old.fence, attempt=old.attempt, error="timeout"))()
+    assert Job.objects.get(id=jid).status == JobStatus.RUNNING  # refused: the job is the new run's
+    new = worker._next_run(old, 0, attempt, fence)
+    assert worker._running == {(jid, fence): new} and lane.stuck() == 0
+    assert Job.objects.heartbeat(worker.worker_id, list(worker._running), 30) == set()  # renewed, not lost
+    assert Job.objects.complete(jid, worker.worker_id, "ok", fence=new.fence) is True
+    worker._side_writer.close()
