@@ -7,7 +7,9 @@ clock of JOBQ["CLOCK"], used by tests that move time with time-machine).
 Transitions out of RUNNING are compare-and-set: they name the job id, require status RUNNING, the
 owner's worker_id and the fence (the fencing token) and report success through RETURNING. The fence
 grows by one with every claim and every in-slot retry and nothing ever lowers it (a requeue resets
-attempts, never the fence), so no two runs of a job ever hold the same token.
+attempts, never the fence), so no two runs of a job ever hold the same token. Under READ COMMITTED an
+UPDATE that finds its row changed by a concurrent commit re-checks its WHERE on the new row version, so
+a second writer whose guard no longer holds changes nothing.
 
 Maintenance statements that touch many rows (HEARTBEAT, REAP) lock them with FOR UPDATE SKIP LOCKED
 first and update only what they locked: they never wait for a row another transaction holds, so they
@@ -16,8 +18,6 @@ by the next pass.
 
 The per-job error history keeps only the last %(history)s entries (_append_error); error_count
 counts every failed attempt.
-Under READ COMMITTED an UPDATE that finds its row changed by a concurrent commit re-checks its WHERE on
-the new row version, so a second writer whose guard no longer holds changes nothing.
 """
 
 NOW = "COALESCE(%(now)s::timestamptz, now())"
