@@ -61,7 +61,7 @@ class ConsumerManager(BaseJobManager):
         Without ``fence`` any run of this owner is completed: for manual use only, a worker passes it."""
         params = {
             "id": job_id,
-            "worker_id": worker_id,
+            "worker_id": validation.name(worker_id, "worker_id"),
             "fence": self._fence(fence),
             "result": result_json(result),
         }
@@ -123,7 +123,7 @@ class ConsumerManager(BaseJobManager):
         conf = jobq_settings()
         params = {
             "id": job_id,
-            "worker_id": worker_id,
+            "worker_id": validation.name(worker_id, "worker_id"),
             "fence": self._fence(fence),
             "permanent": bool(permanent),
             "error": validation.error_text(error),
@@ -142,7 +142,7 @@ class ConsumerManager(BaseJobManager):
         """Set the lease of an owned RUNNING job to now + ``lease_seconds``; False when not the owner."""
         params = {
             "id": job_id,
-            "worker_id": worker_id,
+            "worker_id": validation.name(worker_id, "worker_id"),
             "fence": self._fence(fence),
             "lease": self._lease(lease_seconds),
         }
@@ -162,7 +162,7 @@ class ConsumerManager(BaseJobManager):
     def release(self, worker_id: str) -> list[int]:
         """Give every job ``worker_id`` holds back as PENDING at once (graceful shutdown); the ids.
         The first JOBQ["FREE_RELEASES"] releases of a job do not use up an attempt."""
-        params = {"worker_id": worker_id, "free": jobq_settings().free_releases}
+        params = {"worker_id": validation.name(worker_id, "worker_id"), "free": jobq_settings().free_releases}
         return [row[0] for row in self._execute(self._sql().RELEASE, params)]
 
     def retry_in_slot(

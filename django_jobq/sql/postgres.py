@@ -20,9 +20,10 @@ The per-job error history keeps only the last %(history)s entries (_append_error
 counts every failed attempt.
 """
 
-NOW = "COALESCE(%(now)s::timestamptz, now())"
+from .postgres_pick import _PICK_ANY, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
+from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING
 
-PENDING, RUNNING, DONE, DEAD = 0, 1, 2, 3
+__all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
 
 _ACTIVE = f"status IN ({PENDING}, {RUNNING})"
 
@@ -78,130 +79,12 @@ WITH job AS (
 SELECT id FROM job, (SELECT count(*) FROM woken) AS w
 """
 
-# claim: pick up to %(limit)s due PENDING jobs and make them RUNNING for this worker, in one statement.
-# The selection locks its rows FOR UPDATE SKIP LOCKED, so concurrent claimers never wait for or take the
-# same row, and sits in a MATERIALIZED CTE: an optimisation fence the planner cannot inline or re-run,
-# so the UPDATE touches exactly the rows selected and never more than the limit. Order: lowest priority
-# value first, then run_at, then id, across every queue the claim names. The UPDATE finds the picked
-# rows by primary key (id = ANY(ARRAY(...)), an init plan), never by a join whose plan could scan the
-# table: the statement is prepared, and a generic plan must not depend on the limit's value.
+# claim: the selection (postgres_pick: up to %(limit)s due PENDING jobs, in claim order, locked FOR
+# UPDATE SKIP LOCKED behind a MATERIALIZED CTE) and the UPDATE below, in one statement. The UPDATE finds
+# the picked rows by primary key (id = ANY(ARRAY(...)), an init plan), never by a join whose plan could
+# scan the table.
 # fence += 1 gives this run a token no earlier run held; attempts += 1 counts it against max_attempts.
 # RETURNING names the columns a worker needs, never the error history or an old result.
-#
-# The selection walks the partial claim index (status PENDING: queue, priority, run_at, id) rather than
-# range-scanning it: priority comes before run_at in that index, so "run_at <= now" cannot bound a
-# range of it, and a plain scan steps over every future job (delayed, or waiting out a retry backoff)
-# filed under a lower priority value; a claim over several queues cannot use the index order at all
-# and sorts the whole due backlog. Instead, per queue (_due):
-#   lanes: the queue's distinct priority values, lowest first, one index descent each (a recursive skip
-#          scan). A recursive CTE is evaluated only as far as its reader pulls, so the walk stops at the
-#          lane that fills the limit.
-#   due:   per lane, the due jobs are one contiguous index range (queue, priority = p, run_at <= now),
-#          read in (run_at, id) order and locked as they are read: a claimer skips the rows another one
-#          holds and reads on, and the Limit above stops reading, and locking, at %(limit)s rows.
-# The rows come out in claim order without a sort (the walk yields its lanes in ascending order, one
-# iteration at a time, and a nested loop keeps the order of its outer side), so nothing stands between
-# the lock and the limit that would read ahead. After _WALK lanes, the rest of the queue (priority >=
-# the last lane's) is read as one plain index range: thousands of distinct priority values cost at most
-# _WALK descents more than the plain scan.
-_WALK = 32
-
-# How the planner is shown the limit, the list of queues and "due": the limit and the list as init plans
-# (never constants), and due as a closed range of run_at. So a custom plan is costed as the generic plan
-# is, and PostgreSQL settles on the generic plan after a few executions instead of planning these
-# statements again on every claim; and the generic plan's estimate of the rows due stays small (the
-# default selectivity of a range, not of an open inequality), so its cost does not grow with the
-# backlog towards the JIT thresholds. Neither changes the plan's shape, which the lateral joins fix.
-_LIMIT = "(SELECT %(limit)s::int)"
-_DUE_NOW = f"run_at >= '-infinity' AND run_at <= (SELECT {NOW})"
-
-
-def _due(queue: str, gate: str = "") -> str:
-    """The due jobs of one queue (an expression: a parameter, or an outer column), claim order, locked,
-    at most %(limit)s; none unless ``gate`` (a condition on outer columns) holds. Columns id, priority,
-    run_at."""
-    gate = f" AND {gate}" if gate else ""
-    return f"""WITH RECURSIVE lanes(priority, depth) AS (
-        (SELECT priority, 1 FROM jobq_job WHERE status = {PENDING} AND queue = {queue}{gate}
-         ORDER BY priority LIMIT 1)
-        UNION ALL
-        SELECT (SELECT n.priority FROM jobq_job AS n
-                WHERE n.status = {PENDING} AND n.queue = {queue} AND n.priority > l.priority
-                ORDER BY n.priority LIMIT 1),
-               l.depth + 1
-        FROM lanes AS l WHERE l.priority IS NOT NULL AND l.depth < {_WALK}
-    )
-    SELECT due.id, due.priority, due.run_at FROM lanes AS l CROSS JOIN LATERAL (
-        SELECT * FROM (
-            SELECT id, priority, run_at FROM jobq_job
-            WHERE status = {PENDING} AND queue = {queue} AND priority = l.priority AND {_DUE_NOW}
-              AND l.depth < {_WALK}
-            ORDER BY run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS lane
-        UNION ALL
-        SELECT * FROM (
-            SELECT id, priority, run_at FROM jobq_job
-            WHERE status = {PENDING} AND queue = {queue} AND priority >= l.priority AND {_DUE_NOW}
-              AND l.depth = {_WALK}
-            ORDER BY priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
-    ) AS due
-    LIMIT {_LIMIT}"""
-
-
-# One queue: its walk, as it comes.
-_PICK_ONE = f"picked AS MATERIALIZED (\n    {_due('%(queue)s')}\n)"
-
-# Several queues: each queue's walk (at most %(limit)s rows each), merged by (priority, run_at, id).
-# The merge is a sort, which reads all its input before the limit applies, so each queue locks up to
-# %(limit)s rows and the claim takes the best %(limit)s of them. That is the one relaxation of the
-# order: until the claim commits, the rows it locked but did not take are skipped by a claim running
-# at the same moment, which may take a job ranked after them. Sequential claims see the strict order.
-_PICK_QUEUES = f"""picked AS MATERIALIZED (
-    SELECT due.id FROM (SELECT DISTINCT name FROM unnest((SELECT %(queues)s::text[])) AS u(name)) AS q
-    CROSS JOIN LATERAL ({_due("q.name")}) AS due
-    ORDER BY due.priority, due.run_at, due.id
-    LIMIT {_LIMIT}
-)"""
-
-
-# Every queue: the queues that have PENDING jobs, found by a skip scan of the claim index (one descent
-# each), then as for several queues. After _WALK queues the walk stops and the rest (queue >= the last
-# one found) is read in plain index order, (queue, priority, run_at, id), without a sort: so when more
-# than _WALK queues hold PENDING jobs, the first _WALK - 1 queues (by name) are walked, the rest are
-# served in queue-name order, and the merge takes the best of both; with _WALK queues or fewer the
-# order is strict. Thousands of queues cost at most _WALK walks (and lock at most _WALK times
-# %(limit)s rows), and no plan sorts the backlog.
-def _pick_any(rest: str = "") -> str:
-    """_PICK_ANY's selection; ``rest`` (a condition on a queue name, written with {q}) leaves out the
-    queues it does not hold for."""
-    keep = f" AND {rest.format(q='q.name')}" if rest else ""
-    keep_rows = f" AND {rest.format(q='queue')}" if rest else ""
-    return f"""picked AS MATERIALIZED (
-    WITH RECURSIVE queues(name, depth) AS (
-        (SELECT queue, 1 FROM jobq_job WHERE status = {PENDING} ORDER BY queue LIMIT 1)
-        UNION ALL
-        SELECT (SELECT n.queue FROM jobq_job AS n WHERE n.status = {PENDING} AND n.queue > q.name
-                ORDER BY n.queue LIMIT 1),
-               q.depth + 1
-        FROM queues AS q WHERE q.name IS NOT NULL AND q.depth < {_WALK}
-    )
-    SELECT due.id FROM queues AS q CROSS JOIN LATERAL (
-        SELECT * FROM ({_due("q.name", f"q.depth < {_WALK}{keep}")}) AS one
-        UNION ALL
-        SELECT * FROM (
-            SELECT id, priority, run_at FROM jobq_job
-            WHERE status = {PENDING} AND queue >= q.name AND {_DUE_NOW} AND q.depth = {_WALK}{keep_rows}
-            ORDER BY queue, priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
-    ) AS due
-    ORDER BY due.priority, due.run_at, due.id
-    LIMIT {_LIMIT}
-)"""
-
-
-_PICK_ANY = _pick_any()
-# The rest: every queue but those named in %(exclude)s (the worker's "*" lane, which serves the queues
-# its other lanes do not).
-_REST = "{q} <> ALL(%(exclude)s::text[])"
-_PICK_REST = _pick_any(_REST)
 CLAIMED_COLUMNS = (
     "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
     "fence", "releases", "worker_id", "lease_until", "dedupe_key", "created_at", "started_at",

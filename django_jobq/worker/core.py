@@ -84,7 +84,6 @@ class Worker(HeartbeatMixin, SlotMixin):
         self._threads: list[threading.Thread] = []
         self.listener = None
         self._side_writer = SideWriter()
-        self._side = self._side_writer
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def run(self) -> None:

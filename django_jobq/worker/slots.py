@@ -8,14 +8,15 @@ from ..conf import jobq_settings
 from ..tasks import find_task
 from .base import WorkerBase
 from .lanes import Lane, Running
-from .runner import Outcome, SideWrite, SlotRunner, format_error
+from .runner import Outcome, SlotRunner, format_error
+from .side import SideWriter
 
 
 class SlotMixin(WorkerBase):
-    _side: SideWrite
+    _side_writer: SideWriter  # progress and lease writes off the task's connection
 
     def _slot(self, lane: Lane, number: int) -> None:
-        runner = SlotRunner(self.worker_id, self.stopping, self._side)
+        runner = SlotRunner(self.worker_id, self.stopping, self._side_writer)
         try:
             while (entry := lane.work.get()) is not None:
                 self._run_one(lane, number, runner, entry)
