@@ -36,6 +36,9 @@ class JobqSettings:
     strict_tasks: bool = True  # refuse enqueue of task names that are not registered
     notify: bool = True  # NOTIFY on enqueue so idle workers wake at once
     notify_channel: str = "jobq"
+    done_channel: str = "jobq_done"  # completion NOTIFY for wait_for() callers
+    dedupe_done_seconds: float = DAY  # a dedupe key stays taken this long after its job is DONE
+    dedupe_dead_seconds: float = 300  # ... and this long after it is DEAD
     poll_interval: float = 1.0  # safety-net polling when no notification arrives
     job_timeout: float | None = None  # default per-job timeout in seconds (None: no limit)
     permanent_exceptions: tuple[str, ...] = ()  # dotted paths of exceptions that go DEAD at once
@@ -81,16 +84,29 @@ class JobqSettings:
             raise ConfigurationError('JOBQ["SHORT_RETRY_SECONDS"] must be >= 0')
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ConfigurationError('JOBQ["JOB_TIMEOUT"] must be positive or None')
-        channel = self.notify_channel
-        if (
-            not isinstance(channel, str)
-            or not channel
-            or len(channel.encode("utf-8", "replace")) > 63
-            or not channel.isprintable()
-        ):
-            raise ConfigurationError(
-                'JOBQ["NOTIFY_CHANNEL"] must be a printable name of 1 to 63 bytes (used as given, case kept)'
-            )
+        for name in ("dedupe_done_seconds", "dedupe_dead_seconds"):
+            value = getattr(self, name)
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not 0 <= value <= 10 * 366 * DAY
+            ):
+                raise ConfigurationError(
+                    f'JOBQ["{name.upper()}"] must be a number of seconds >= 0 (up to ten years)'
+                )
+        for name in ("notify_channel", "done_channel"):
+            channel = getattr(self, name)
+            if (
+                not isinstance(channel, str)
+                or not channel
+                or len(channel.encode("utf-8", "replace")) > 63
+                or not channel.isprintable()
+            ):
+                raise ConfigurationError(
+                    f'JOBQ["{name.upper()}"] must be a printable name of 1 to 63 bytes (used as given, case kept)'
+                )
+        if self.done_channel == self.notify_channel:
+            raise ConfigurationError('JOBQ["DONE_CHANNEL"] must differ from JOBQ["NOTIFY_CHANNEL"]')
 
     def lease_problem(self) -> str | None:
         """Why the lease is too short for the heartbeat, or None. A lease must outlive one missed

@@ -1,5 +1,7 @@
 """Every error django-jobq raises on purpose derives from JobqError."""
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -38,3 +40,17 @@ class JobTimeout(JobqError):
 
 class ConfigurationError(JobqError, ImproperlyConfigured):
     """The JOBQ setting or a command option is invalid."""
+
+
+class WaitTimeout(JobqError, TimeoutError):
+    """wait_for() or run_once() reached its timeout before the job finished."""
+
+
+class JobFailed(JobqError):
+    """run_once(): the job went DEAD; ``job`` is the row, ``error`` its last error."""
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        self.error: str | None = job.last_error
+        lines = (job.last_error or "").strip().splitlines() or ["no error recorded"]
+        super().__init__(f"job {job.id} ({job.task}) failed: {lines[-1]}")

@@ -35,6 +35,18 @@ class Job(models.Model):
     worker_id = models.TextField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     dedupe_key = models.TextField(null=True, blank=True)
+    dedupe_done = models.DurationField(
+        null=True, blank=True, help_text="How long the dedupe key stays taken after DONE."
+    )
+    dedupe_dead = models.DurationField(
+        null=True, blank=True, help_text="How long the dedupe key stays taken after DEAD."
+    )
+    key_released = models.BooleanField(
+        db_default=False, help_text="The dedupe key has passed to a newer job (or was never held)."
+    )
+    awaited = models.BooleanField(
+        db_default=False, help_text="A wait_for() caller wants a completion NOTIFY."
+    )
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True, help_text="The latest failed attempts, oldest first.")
@@ -79,13 +91,12 @@ class Job(models.Model):
             ),
         ]
         constraints = [
-            # dedupe: at most one active (PENDING/RUNNING) job per key; enqueue uses ON CONFLICT on it.
-            # Jobs without a key are left out, so they cost this index nothing.
+            # dedupe: at most one job holds each key: the active one, or the last finished one until the
+            # next enqueue of the key finds its window over and releases it (key_released). Enqueue uses
+            # ON CONFLICT on it; jobs without a key are left out, so they cost this index nothing.
             models.UniqueConstraint(
                 fields=["dedupe_key"],
-                condition=models.Q(
-                    dedupe_key__isnull=False, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
-                ),
+                condition=models.Q(dedupe_key__isnull=False, key_released=False),
                 name="jobq_job_dedupe",
             ),
         ]

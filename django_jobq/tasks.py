@@ -32,6 +32,9 @@ class EnqueueOptions:
     run_at: dt.datetime | None = None
     dedupe_key: str | None = None
     max_attempts: int | None = None
+    dedupe_done: float | dt.timedelta | None = None
+    dedupe_dead: float | dt.timedelta | None = None
+    on_duplicate: str = "skip"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +49,9 @@ class Task(Generic[P, R]):
     timeout: float | None = None  # seconds; None: JOBQ["JOB_TIMEOUT"]
     retry: RetryPolicy | None = None  # None: JOBQ["BACKOFF_BASE"/"BACKOFF_CAP"/"PERMANENT_EXCEPTIONS"]
     takes_context: bool = False  # call func(context, **payload) with a JobContext
+    dedupe_done: float | dt.timedelta | None = None  # None: JOBQ["DEDUPE_DONE_SECONDS"]
+    dedupe_dead: float | dt.timedelta | None = None  # None: JOBQ["DEDUPE_DEAD_SECONDS"]
+    atomic: bool = False  # run in one transaction with the job's DONE write (database-only tasks)
     options: EnqueueOptions = field(default_factory=EnqueueOptions)
 
     @property
@@ -70,24 +76,57 @@ class Task(Generic[P, R]):
         """A copy whose next enqueue uses these options (queue, priority, delay, run_at, dedupe_key, ...)."""
         return replace(self, options=replace(self.options, **options))
 
+    def _call_options(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "queue": self.queue if o.queue is None else o.queue,
+            "priority": self.priority if o.priority is None else o.priority,
+            "delay": o.delay,
+            "run_at": o.run_at,
+            "dedupe_key": o.dedupe_key,
+            "max_attempts": self.max_attempts if o.max_attempts is None else o.max_attempts,
+            "dedupe_done": o.dedupe_done,
+            "dedupe_dead": o.dedupe_dead,
+        }
+
     def enqueue(self, **kwargs: Any) -> int | None:
         """Put a job for this task; returns its id, or None when a duplicate blocked it."""
         from .models import Job
 
-        o = self.options
         return Job.objects.enqueue(
-            self.name,
-            kwargs,
-            queue=self.queue if o.queue is None else o.queue,
-            priority=self.priority if o.priority is None else o.priority,
-            delay=o.delay,
-            run_at=o.run_at,
-            dedupe_key=o.dedupe_key,
-            max_attempts=self.max_attempts if o.max_attempts is None else o.max_attempts,
+            self.name, kwargs, **self._call_options(), on_duplicate=self.options.on_duplicate
         )
 
     async def aenqueue(self, **kwargs: Any) -> int | None:
         return await sync_to_async(self.enqueue)(**kwargs)
+
+    def run_once(self, *, timeout: float, **kwargs: Any) -> Any:
+        """Single-flight: run this task once per dedupe key (set with ``using(dedupe_key=...)``) and
+        return its result; concurrent callers with the same key share one run, and a DONE job inside
+        its window answers without a run. JobFailed when the job went DEAD, WaitTimeout at
+        ``timeout`` seconds. Not inside a transaction: the job could not start before it commits."""
+        from django.db import connections
+
+        from .conf import jobq_settings
+        from .exceptions import InvalidJob, JobFailed
+        from .models import Job, JobStatus
+
+        if self.options.dedupe_key is None:
+            raise InvalidJob("run_once needs a dedupe key: task.using(dedupe_key=...).run_once(...)")
+        if connections[jobq_settings().database].in_atomic_block:
+            raise InvalidJob(
+                "run_once cannot wait inside a transaction: the job starts only after it commits"
+            )
+        job_id, _ = Job.objects.enqueue_or_get(self.name, kwargs, **self._call_options())
+        job = Job.objects.wait_for(job_id, timeout=timeout)
+        if job.status == JobStatus.DEAD:
+            raise JobFailed(job)
+        return job.result
+
+    async def arun_once(self, *, timeout: float, **kwargs: Any) -> Any:
+        return await sync_to_async(functools.partial(self.run_once, timeout=timeout), thread_sensitive=False)(
+            **kwargs
+        )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -107,6 +146,9 @@ def task(
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
     takes_context: bool = False,
+    dedupe_done: float | dt.timedelta | None = None,
+    dedupe_dead: float | dt.timedelta | None = None,
+    atomic: bool = False,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -121,6 +163,9 @@ def task(
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
     takes_context: bool = False,
+    dedupe_done: float | dt.timedelta | None = None,
+    dedupe_dead: float | dt.timedelta | None = None,
+    atomic: bool = False,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register ``func`` as a task: ``@task`` or ``@task(name=..., queue=..., ...)``."""
 
@@ -132,6 +177,13 @@ def task(
             validation.max_attempts(max_attempts)
         if timeout is not None and validation.seconds(timeout, "timeout") == 0:
             raise ConfigurationError("timeout must be positive")
+        for window, what in ((dedupe_done, "dedupe_done"), (dedupe_dead, "dedupe_dead")):
+            if window is not None:
+                validation.seconds(window, what)
+        if not isinstance(atomic, bool):
+            raise ConfigurationError(f"atomic must be True or False, not {atomic!r}")
+        if atomic and inspect.iscoroutinefunction(func):
+            raise ConfigurationError("atomic=True needs a sync function: Django transactions are per thread")
         new = Task(
             func=func,
             name=task_name,
@@ -141,6 +193,9 @@ def task(
             timeout=timeout,
             retry=retry,
             takes_context=takes_context,
+            dedupe_done=dedupe_done,
+            dedupe_dead=dedupe_dead,
+            atomic=atomic,
         )
         old = _registry.get(task_name)
         if old is not None and _origin(old.func) != _origin(func):

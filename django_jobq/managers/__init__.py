@@ -1,7 +1,8 @@
 """JobManager: each public operation runs one named statement from django_jobq.sql.
 
-Split by concern: producing (enqueue), consuming (claim and the fenced writes of a worker) and
-maintenance (reap, requeue, prune, counts); the async twins are derived here with sync_to_async.
+Split by concern: producing (enqueue), consuming (claim and the fenced writes of a worker), waiting
+(wait_for) and maintenance (reap, requeue, prune, counts); the async twins are derived here with
+sync_to_async.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from asgiref.sync import sync_to_async
 from .consuming import ConsumerManager, result_json
 from .maintenance import MaintenanceManager
 from .producing import NewJob, ProducerManager
+from .waiting import WaitingManager
 
 if TYPE_CHECKING:
     from ..models import Job, JobStatus
@@ -20,9 +22,16 @@ if TYPE_CHECKING:
 __all__ = ["JobManager", "NewJob", "result_json"]
 
 
-class JobManager(ProducerManager, ConsumerManager, MaintenanceManager):
+class JobManager(ProducerManager, ConsumerManager, WaitingManager, MaintenanceManager):
     async def aenqueue(self, *args: Any, **kwargs: Any) -> int | None:
         return await sync_to_async(self.enqueue)(*args, **kwargs)
+
+    async def aenqueue_or_get(self, *args: Any, **kwargs: Any) -> tuple[int, bool]:
+        return await sync_to_async(self.enqueue_or_get)(*args, **kwargs)
+
+    async def await_for(self, *args: Any, **kwargs: Any) -> Job:
+        # Off the event loop's sync thread: a long wait must not hold up the app's other sync calls.
+        return await sync_to_async(self.wait_for, thread_sensitive=False)(*args, **kwargs)
 
     async def aclaim(self, *args: Any, **kwargs: Any) -> Job | None:
         return await sync_to_async(self.claim)(*args, **kwargs)

@@ -66,10 +66,12 @@ class BaseJobManager(models.Manager["Job"]):
 
     @staticmethod
     def _common(params: dict[str, Any]) -> dict[str, Any]:
-        """Parameters every statement may use: the clock and the error history's length."""
+        """Parameters every statement may use: the clock, the error history's length, the completion
+        channel."""
         conf = jobq_settings()
         params["now"] = timezone.now() if conf.clock == "python" else None
         params["history"] = conf.error_history
+        params["done_channel"] = conf.done_channel
         return params
 
     def _execute(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -59,11 +59,15 @@ class ConsumerManager(BaseJobManager):
         """RUNNING -> DONE; False when ``worker_id`` (in the run holding ``fence``) no longer owns the job.
 
         Without ``fence`` any run of this owner is completed: for manual use only, a worker passes it."""
+        return self.complete_json(job_id, worker_id, result_json(result), fence=fence)
+
+    def complete_json(self, job_id: int, worker_id: str, result: str, *, fence: int | None = None) -> bool:
+        """complete() with the result already as JSON text (checked by result_json)."""
         params = {
             "id": job_id,
             "worker_id": validation.name(worker_id, "worker_id"),
             "fence": self._fence(fence),
-            "result": result_json(result),
+            "result": result,
         }
         return bool(self._execute(self._sql().COMPLETE, params))
 

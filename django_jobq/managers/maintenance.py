@@ -25,14 +25,15 @@ class MaintenanceManager(BaseJobManager):
 
     def requeue(self, job_id: int, *, run_at: dt.datetime | None = None, priority: int | None = None) -> bool:
         """DEAD -> PENDING with a fresh attempt budget (error history kept); False if not DEAD or
-        blocked by an active job with the same dedupe key."""
+        its dedupe key is held by another job (active, or finished inside its window)."""
         return bool(self.requeue_many([job_id], run_at=run_at, priority=priority))
 
     def requeue_many(
         self, job_ids: Sequence[int], *, run_at: dt.datetime | None = None, priority: int | None = None
     ) -> list[int]:
         """requeue for many jobs in one statement; the ids requeued. Of several jobs sharing a dedupe
-        key only the newest is requeued; the others, and jobs whose key an active job holds, stay DEAD."""
+        key only one is requeued (the key's holder, else the newest); the others, and jobs whose key
+        another job holds, stay DEAD."""
         ids = [validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids]
         params = {
             "ids": ids,
@@ -50,6 +51,7 @@ class MaintenanceManager(BaseJobManager):
 
     def _requeue(self, params: dict[str, Any]) -> list[int]:
         with transaction.atomic(using=self.connection.alias):
+            self._execute(self._sql().REQUEUE_FREE_KEYS, params)
             return [row[0] for row in self._execute(self._sql().REQUEUE, params)]
 
     def prune(self, status: JobStatus, older_than: float, batch: int) -> int:

@@ -1,4 +1,5 @@
-"""Producing jobs: enqueue and enqueue_many. Every value is checked before anything is written."""
+"""Producing jobs: enqueue, enqueue_many and enqueue_or_get. Every value is checked before anything is
+written; the dedupe rule (windows, modes) is decided by the statements (sql/postgres_enqueue)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ class NewJob(NamedTuple):
     run_at: dt.datetime | None = None
     dedupe_key: str | None = None
     max_attempts: int | None = None
+    dedupe_done: float | dt.timedelta | None = None
+    dedupe_dead: float | dt.timedelta | None = None
+
+
+ON_DUPLICATE = ("skip", "replace", "debounce")
+ENQUEUE_OR_GET_TRIES = 10  # a holder committed after the statement's snapshot is seen on the next try
 
 
 class ProducerManager(BaseJobManager):
@@ -55,6 +62,61 @@ class ProducerManager(BaseJobManager):
             validation.max_attempts(max_attempts),
         )
 
+    @staticmethod
+    def _windows(task: str, key: str | None, done: Any, dead: Any) -> tuple[float | None, float | None]:
+        """How long ``key`` stays taken after DONE and after DEAD, in seconds: the call's, else the
+        registered task's, else JOBQ's; (None, None) without a key."""
+        if key is None:
+            return None, None
+        conf, registered = jobq_settings(), find_task(task)
+        if done is None:
+            done = registered.dedupe_done if registered and registered.dedupe_done is not None else None
+        if dead is None:
+            dead = registered.dedupe_dead if registered and registered.dedupe_dead is not None else None
+        return (
+            conf.dedupe_done_seconds if done is None else validation.seconds(done, "dedupe_done"),
+            conf.dedupe_dead_seconds if dead is None else validation.seconds(dead, "dedupe_dead"),
+        )
+
+    @staticmethod
+    def _mode(on_duplicate: Any, key: str | None, delay: float) -> str:
+        if on_duplicate not in ON_DUPLICATE:
+            raise InvalidJob(
+                f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}, not {on_duplicate!r:.100}"
+            )
+        if on_duplicate != "skip" and key is None:
+            raise InvalidJob(f"on_duplicate={on_duplicate!r} needs a dedupe_key")
+        if on_duplicate == "debounce" and delay <= 0:
+            raise InvalidJob("on_duplicate='debounce' needs a positive delay (the quiet period)")
+        return str(on_duplicate)
+
+    def _enqueue_params(
+        self,
+        task: str,
+        payload: dict[str, Any] | None,
+        *,
+        queue: str | None,
+        priority: int | None,
+        run_at: dt.datetime | None,
+        delay: float | dt.timedelta | None,
+        dedupe_key: str | None,
+        max_attempts: int | None,
+        dedupe_done: float | dt.timedelta | None,
+        dedupe_dead: float | dt.timedelta | None,
+    ) -> dict[str, Any]:
+        conf = jobq_settings()
+        task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
+        params: dict[str, Any] = {
+            "task": task, "queue": queue, "priority": priority, "max_attempts": max_attempts,
+            "payload": self._payload(task, payload),
+        }  # fmt: skip
+        params["run_at"] = None if run_at is None else validation.aware(run_at, "run_at")
+        params["delay"] = 0.0 if delay is None else validation.seconds(delay, "delay")
+        params["dedupe_key"] = key = validation.dedupe_key(dedupe_key)
+        params["dedupe_done"], params["dedupe_dead"] = self._windows(task, key, dedupe_done, dedupe_dead)
+        params["notify"], params["channel"] = conf.notify, conf.notify_channel
+        return params
+
     def enqueue(
         self,
         task: str,
@@ -66,50 +128,109 @@ class ProducerManager(BaseJobManager):
         delay: float | dt.timedelta | None = None,
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
+        dedupe_done: float | dt.timedelta | None = None,
+        dedupe_dead: float | dt.timedelta | None = None,
+        on_duplicate: str = "skip",
     ) -> int | None:
-        """Insert a job in the caller's transaction; its id, or None when an active duplicate exists.
+        """Insert a job in the caller's transaction; its id, or None when the dedupe key is taken
+        (by an active job, or a finished one inside its window) and the mode leaves that job alone.
 
-        queue/priority/max_attempts default to the registered task's, then "default"/100/JOBQ["MAX_ATTEMPTS"].
+        queue/priority/max_attempts default to the registered task's, then "default"/100/JOBQ["MAX_ATTEMPTS"];
+        dedupe_done/dedupe_dead (seconds or timedelta) to the task's, then JOBQ["DEDUPE_DONE_SECONDS"] /
+        ["DEDUPE_DEAD_SECONDS"]. on_duplicate: "skip"; "replace" (a PENDING holder of the same task
+        takes this payload, priority and run_at, and its id is returned); "debounce" (replace, with a
+        required delay: a burst of calls runs once, ``delay`` after the last).
         """
-        conf = jobq_settings()
-        task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
-        params: dict[str, Any] = {
-            "task": task, "queue": queue, "priority": priority, "max_attempts": max_attempts,
-            "payload": self._payload(task, payload),
-        }  # fmt: skip
-        params["run_at"] = None if run_at is None else validation.aware(run_at, "run_at")
-        params["delay"] = 0.0 if delay is None else validation.seconds(delay, "delay")
-        params["dedupe_key"] = validation.dedupe_key(dedupe_key)
-        params["notify"], params["channel"] = conf.notify, conf.notify_channel
-        rows = self._execute(self._sql().ENQUEUE, params)
+        params = self._enqueue_params(
+            task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
+        )  # fmt: skip
+        mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
+        sql = self._sql()
+        if params["dedupe_key"] is None:
+            statement = sql.ENQUEUE
+        else:
+            statement = sql.ENQUEUE_KEYED if mode == "skip" else sql.ENQUEUE_REPLACE
+        rows = self._execute(statement, params)
         return rows[0][0] if rows else None
 
-    def enqueue_many(self, jobs: Iterable[NewJob]) -> list[int]:
-        """Insert many jobs in one statement; the ids of those inserted (duplicates are skipped).
-        All or nothing: an invalid job raises (its message names its index) and nothing is written."""
+    def enqueue_or_get(
+        self,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        dedupe_key: str,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        delay: float | dt.timedelta | None = None,
+        max_attempts: int | None = None,
+        dedupe_done: float | dt.timedelta | None = None,
+        dedupe_dead: float | dt.timedelta | None = None,
+    ) -> tuple[int, bool]:
+        """(job id, created): the job holding ``dedupe_key`` (active, or finished inside its window, a
+        cache hit), or a new one this call inserted. One statement decides; see enqueue."""
+        if dedupe_key is None:
+            raise InvalidJob("enqueue_or_get needs a dedupe_key")
+        params = self._enqueue_params(
+            task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
+        )  # fmt: skip
+        for _ in range(ENQUEUE_OR_GET_TRIES):
+            rows = self._execute(self._sql().ENQUEUE_OR_GET, params)
+            if rows:
+                return int(rows[0][0]), bool(rows[0][1])
+        raise InvalidJob(
+            f"dedupe key {dedupe_key!r:.100} kept changing hands, or its holder is not visible from this "
+            "transaction (enqueue_or_get needs READ COMMITTED)"
+        )
+
+    def enqueue_many(self, jobs: Iterable[NewJob], *, on_duplicate: str = "skip") -> list[int]:
+        """Insert many jobs in one statement; the ids of those inserted (and, with on_duplicate
+        "replace", of the PENDING holders replaced). Keys and modes as for enqueue; of jobs repeating
+        a key inside the batch the first wins. All or nothing: an invalid job raises (its message names
+        its index) and nothing is written."""
         conf = jobq_settings()
+        if on_duplicate not in ("skip", "replace"):
+            raise InvalidJob(
+                f"enqueue_many's on_duplicate must be 'skip' or 'replace', not {on_duplicate!r:.100}"
+            )
         options: dict[tuple[Any, ...], tuple[str, str, int, int]] = {}  # most jobs share their options
-        rows = []
+        rows, keys = [], set()
         for index, job in enumerate(jobs):
             try:
                 if not isinstance(job, NewJob):
                     raise InvalidJob(f"expected a NewJob, not {type(job).__name__}")
-                key = (job.task, job.queue, job.priority, job.max_attempts)
-                if key not in options:
-                    options[key] = self._options(*key)
-                rows.append((
-                    *options[key],
+                options_key = (job.task, job.queue, job.priority, job.max_attempts)
+                if options_key not in options:
+                    options[options_key] = self._options(*options_key)
+                row = (
+                    *options[options_key],
                     self._payload(job.task, job.payload),
                     None if job.run_at is None else validation.aware(job.run_at, "run_at"),
-                    validation.dedupe_key(job.dedupe_key),
-                ))  # fmt: skip
+                    key := validation.dedupe_key(job.dedupe_key),
+                    *self._windows(job.task, key, job.dedupe_done, job.dedupe_dead),
+                )
             except InvalidJob as exc:
                 raise type(exc)(f"job {index}: {exc}") from None
+            if key is not None:
+                if key in keys:
+                    continue  # the first job with this key wins
+                keys.add(key)
+            rows.append(row)
         if not rows:
             return []
-        names = ("tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys")
+        names = (
+            "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
+            "dedupe_dones", "dedupe_deads",
+        )  # fmt: skip
         params: dict[str, Any] = dict(
             zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
         )
-        params.update(notify=conf.notify, channel=conf.notify_channel)
-        return [row[0] for row in self._execute(self._sql().ENQUEUE_MANY, params)]
+        params.update(notify=conf.notify, channel=conf.notify_channel, keys=sorted(keys))
+        sql = self._sql()
+        if not keys:
+            statement = sql.ENQUEUE_MANY
+        else:
+            statement = sql.ENQUEUE_MANY_KEYED if on_duplicate == "skip" else sql.ENQUEUE_MANY_REPLACE
+        return [row[0] for row in self._execute(statement, params)]

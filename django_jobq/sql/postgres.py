@@ -20,12 +20,29 @@ The per-job error history keeps only the last %(history)s entries (_append_error
 counts every failed attempt.
 """
 
+from .postgres_enqueue import (
+    ENQUEUE,
+    ENQUEUE_KEYED,
+    ENQUEUE_MANY,
+    ENQUEUE_MANY_KEYED,
+    ENQUEUE_MANY_REPLACE,
+    ENQUEUE_OR_GET,
+    ENQUEUE_REPLACE,
+    window_over,
+)
 from .postgres_pick import _PICK_ANY, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
 from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING
 
-__all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
+__all__ = [  # the enqueue statements, and the terms shared with stats.py and the tests
+    "DEAD", "DONE", "ENQUEUE", "ENQUEUE_KEYED", "ENQUEUE_MANY", "ENQUEUE_MANY_KEYED", "ENQUEUE_MANY_REPLACE",
+    "ENQUEUE_OR_GET", "ENQUEUE_REPLACE", "NOW", "PENDING", "RUNNING", "_WALK",
+]  # fmt: skip
 
-_ACTIVE = f"status IN ({PENDING}, {RUNNING})"
+
+def _wake_waiters(alias: str, when: str = "true") -> str:
+    """A RETURNING term: NOTIFY the completion channel with the job's id when a wait_for() caller
+    marked it (``awaited``) and ``when`` holds; delivered when the transaction commits."""
+    return f"CASE WHEN {alias}.awaited AND {when} THEN pg_notify(%(done_channel)s, {alias}.id::text) END"
 
 
 def _append_error(alias: str, entry: str) -> str:
@@ -36,48 +53,6 @@ def _append_error(alias: str, entry: str) -> str:
         "'$[last - $n + 1 to last]', jsonb_build_object('n', %(history)s::int))"
     )
 
-
-# The dedupe constraint's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
-_DEDUPE = f"dedupe_key IS NOT NULL AND {_ACTIVE}"
-
-# enqueue: insert one job. A concurrent insert of the same active dedupe_key waits for the first
-# transaction; if that commits, ON CONFLICT DO NOTHING returns no row (a duplicate), if it rolls back,
-# this insert proceeds. pg_notify is queued in the caller's transaction and delivered on commit only,
-# so a rolled-back enqueue wakes nobody. The payload is only the queue name (identical notifications
-# in one transaction are folded into one).
-ENQUEUE = f"""
-WITH job AS (
-    INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
-                          fence, releases, error_count, dedupe_key, errors, created_at)
-    VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, {PENDING}, %(priority)s,
-            COALESCE(%(run_at)s::timestamptz, {NOW}) + make_interval(secs => %(delay)s), 0,
-            %(max_attempts)s, 0, 0, 0, %(dedupe_key)s, '[]'::jsonb, {NOW})
-    ON CONFLICT (dedupe_key) WHERE {_DEDUPE} DO NOTHING
-    RETURNING id, queue
-)
-SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
-"""
-
-# enqueue_many: the same insert for many jobs from parallel arrays, sent in binary (one round trip, no
-# per-element quoting). Duplicates,
-# against active jobs or within the batch, are skipped by ON CONFLICT DO NOTHING. One notification
-# per distinct queue.
-ENQUEUE_MANY = f"""
-WITH job AS (
-    INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
-                          fence, releases, error_count, dedupe_key, errors, created_at)
-    SELECT u.task, u.queue, u.payload::jsonb, {PENDING}, u.priority,
-           COALESCE(u.run_at, {NOW}), 0, u.max_attempts, 0, 0, 0, u.dedupe_key, '[]'::jsonb, {NOW}
-    FROM unnest(%(tasks)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::smallint[],
-                %(run_ats)b::timestamptz[], %(max_attempts)b::int[], %(dedupe_keys)b::text[])
-         AS u(task, queue, payload, priority, run_at, max_attempts, dedupe_key)
-    ON CONFLICT (dedupe_key) WHERE {_DEDUPE} DO NOTHING
-    RETURNING id, queue
-), woken AS (
-    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM job) AS q WHERE %(notify)s
-)
-SELECT id FROM job, (SELECT count(*) FROM woken) AS w
-"""
 
 # claim: the selection (postgres_pick: up to %(limit)s due PENDING jobs, in claim order, locked FOR
 # UPDATE SKIP LOCKED behind a MATERIALIZED CTE) and the UPDATE below, in one statement. The UPDATE finds
@@ -109,7 +84,7 @@ COMPLETE = f"""
 UPDATE jobq_job
 SET status = {DONE}, result = %(result)s::jsonb, finished_at = {NOW}, lease_until = NULL
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
-RETURNING id
+RETURNING id, {_wake_waiters("jobq_job")}
 """
 
 # complete_many: COMPLETE for a batch of (id, fence, result) in one statement; rows whose guard
@@ -119,7 +94,7 @@ COMPLETE_MANY = f"""UPDATE jobq_job AS j
 SET status = {DONE}, result = d.result::jsonb, finished_at = {NOW}, lease_until = NULL
 FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::text[]) AS d(id, fence, result)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
-RETURNING j.id"""
+RETURNING j.id, {_wake_waiters("j")}"""
 
 _GIVE_UP = "(%(permanent)s OR attempts >= max_attempts)"
 
@@ -138,7 +113,7 @@ SET status = CASE WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
     last_error = %(error)s, error_count = error_count + 1,
     errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text)")}
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
-RETURNING status
+RETURNING status, {_wake_waiters("j", f"j.status = {DEAD}")}
 """
 
 # renew_lease: set one owned job's lease to now + lease (an explicit renewal may also shorten it).
@@ -192,7 +167,7 @@ SET status = CASE WHEN {_RELEASE_DEAD} THEN {DEAD} ELSE {PENDING} END,
     lease_until = NULL, run_at = {NOW},
     errors = {_append_error("j", f"jsonb_build_object('attempt', j.attempts, 'at', {NOW}, 'worker', j.worker_id, 'error', 'released: worker shut down')")}
 WHERE {_J_OWNED}
-RETURNING j.id
+RETURNING j.id, {_wake_waiters("j", f"j.status = {DEAD}")}
 """
 
 # reap: every RUNNING job whose lease expired goes back to PENDING, or to DEAD when it has used all
@@ -213,12 +188,24 @@ SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
     last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
     errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', 'lease expired: worker stopped renewing it')")}
 WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND status = {RUNNING} AND lease_until < {NOW}
-RETURNING id
+RETURNING id, {_wake_waiters("j", f"j.status = {DEAD}")}
+"""
+
+# requeue_free_keys: before a requeue, release the keys of the chosen DEAD jobs whose holder (another
+# job) has finished and is past its window, as an enqueue would (postgres_enqueue); run in the same
+# transaction as REQUEUE, so that REQUEUE's snapshot sees them released.
+REQUEUE_FREE_KEYS = f"""
+UPDATE jobq_job AS h SET key_released = true
+WHERE h.dedupe_key = ANY(ARRAY(
+        SELECT dedupe_key FROM jobq_job
+        WHERE id = ANY(%(ids)s::bigint[]) AND status = {DEAD} AND dedupe_key IS NOT NULL AND key_released))
+  AND NOT h.key_released AND {window_over("h")}
 """
 
 # requeue: DEAD -> PENDING with a fresh attempt budget (attempts and releases reset; the fence and the
-# error history are kept). A job whose dedupe_key another active job holds is skipped, and of several
-# selected jobs sharing a key only the newest is requeued, so the unique index never refuses the
+# error history are kept). A job with a dedupe key takes its key back: a job whose key another job
+# holds (active, or finished inside its window) is skipped, and of several selected jobs sharing a
+# key only one is requeued (the holder, else the newest), so the unique index never refuses the
 # statement as a whole; it still guards the race with a concurrent enqueue (the caller retries job by
 # job then).
 REQUEUE = f"""
@@ -226,14 +213,14 @@ WITH chosen AS MATERIALIZED (
     SELECT DISTINCT ON (j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END) j.id
     FROM jobq_job AS j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = {DEAD}
-      AND (j.dedupe_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM jobq_job AS a WHERE a.dedupe_key = j.dedupe_key AND a.{_ACTIVE}))
-    ORDER BY j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END, j.id DESC
+      AND (j.dedupe_key IS NULL OR NOT j.key_released OR NOT EXISTS (
+            SELECT 1 FROM jobq_job AS a WHERE a.dedupe_key = j.dedupe_key AND NOT a.key_released))
+    ORDER BY j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END, j.key_released, j.id DESC
 )
 UPDATE jobq_job AS j
 SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s::timestamptz, {NOW}),
     priority = COALESCE(%(priority)s, j.priority), worker_id = NULL, lease_until = NULL,
-    started_at = NULL, finished_at = NULL, result = NULL, progress = NULL
+    started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = false
 WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status = {DEAD}
 RETURNING j.id
 """
@@ -261,7 +248,9 @@ UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE} AND queue 
 UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD} AND queue = %(queue)s
 """
 
-# prune: delete up to %(batch)s finished jobs of one terminal status older than the retention.
+# prune: delete up to %(batch)s finished jobs of one terminal status older than the retention, except
+# a job still holding its dedupe key inside the key's window: that row outlives the retention until its
+# window ends (deleting it would free the key early).
 # The status guard repeats DONE/DEAD so that no parameter can ever make it delete an active job.
 # The batch is picked (and locked, skipping rows a concurrent prune holds) from jobq_job_finished
 # (finished_at, status), where the old rows are one range whose status is checked in the index without
@@ -274,6 +263,7 @@ WHERE id = ANY(ARRAY(
     SELECT id FROM jobq_job
     WHERE status = %(status)s AND status IN ({DONE}, {DEAD})
       AND finished_at < {NOW} - make_interval(secs => %(age)s)
+      AND (dedupe_key IS NULL OR key_released OR {window_over("jobq_job")})
     ORDER BY finished_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -383,4 +373,18 @@ WHERE worker_id = %(worker_id)s AND stopped_at IS NULL
 SET_TIMEOUTS = """
 SELECT set_config('statement_timeout', %(statement_ms)s, false),
        set_config('lock_timeout', %(lock_ms)s, false)
+"""
+
+# wait_mark: a wait_for() caller asks for a completion NOTIFY from this job's finishing statement. The
+# mark takes the row lock: a finishing statement that runs after it sees awaited (READ COMMITTED
+# re-reads the row it waited for) and notifies; one that committed first leaves the job finished,
+# which the caller's next read sees. No row back when the job is finished or already marked.
+WAIT_MARK = f"""
+UPDATE jobq_job SET awaited = true WHERE id = %(id)s AND status IN ({PENDING}, {RUNNING}) AND NOT awaited
+RETURNING id
+"""
+
+# job_status: a job's status, or no row. Read-only.
+JOB_STATUS = """
+SELECT status FROM jobq_job WHERE id = %(id)s
 """

@@ -79,7 +79,8 @@ class DispatchMixin(WorkerBase):
     ) -> tuple[list[Job], list[Report]]:
         """Write the successes and claim up to ``limit`` jobs, in one statement."""
         lease = jobq_settings().lease_seconds
-        done = [(r.job.id, o.fence, o.result_json or "null") for r, o in successes]
+        to_write = [(r, o) for r, o in successes if not o.committed]  # atomic tasks wrote their own DONE
+        done = [(r.job.id, o.fence, o.result_json or "null") for r, o in to_write]
         try:
             Job.objects.bound_statements()
             completed, jobs = Job.objects.complete_and_claim(
@@ -90,11 +91,12 @@ class DispatchMixin(WorkerBase):
             jobs = []
             if is_connection_error(exc):
                 logger.warning("worker %s lane %s: write/claim failed (%s)", self.worker_id, lane.queue, exc)
-                completed = self._resolve_unknown(lane, successes, done)
+                completed = self._resolve_unknown(lane, to_write, done)
             else:  # the database refused the batch: one value in it must be bad
                 logger.error("worker %s lane %s: batch refused (%s); writing one by one", self.worker_id,
                              lane.queue, exc)  # fmt: skip
-                completed = self._complete_one_by_one(successes)
+                completed = self._complete_one_by_one(to_write)
+        completed |= {r.job.id for r, o in successes if o.committed}
         reports: list[Report] = []
         for entry, outcome in successes:
             self._forget(entry)

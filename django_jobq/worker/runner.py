@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import Error as DatabaseError
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.utils.module_loading import import_string
 
 from .. import signals
@@ -47,10 +47,15 @@ class Outcome:
     backoff: float | None = None  # seconds before the retry
     duration: float = 0.0
     abandoned: bool = False  # the job is no longer ours (lost lease, or failed by the timeout watchdog)
+    committed: bool = False  # DONE is already written, in the task's own transaction (atomic=True)
 
     @property
     def ok(self) -> bool:
         return self.error is None and not self.abandoned
+
+
+class StaleRun(Exception):
+    """An atomic task's DONE write found the run no longer ours: its transaction must roll back."""
 
 
 def default_policy() -> RetryPolicy:
@@ -101,8 +106,16 @@ class SlotRunner:
             started = time.monotonic()
             signals.send(signals.job_started, job=job, worker_id=self.worker_id)
             try:
-                value = self._call(task, job, fence, attempt, task.timeout or conf.job_timeout)
-                result = result_json(value)
+                if task.atomic:
+                    result = self._call_atomic(task, job, fence, attempt)
+                else:
+                    result = result_json(
+                        self._call(task, job, fence, attempt, task.timeout or conf.job_timeout)
+                    )
+            except StaleRun:
+                return Outcome(
+                    fence=fence, attempt=attempt, abandoned=True, duration=time.monotonic() - started
+                )
             except Exception as exc:
                 duration = time.monotonic() - started
                 error = format_error(exc)
@@ -136,8 +149,21 @@ class SlotRunner:
                 attempt, fence = renewed
                 continue
             return Outcome(
-                fence=fence, attempt=attempt, result_json=result, duration=time.monotonic() - started
-            )
+                fence=fence, attempt=attempt, result_json=result, duration=time.monotonic() - started,
+                committed=task.atomic,
+            )  # fmt: skip
+
+    def _call_atomic(self, task: Task[Any, Any], job: Job, fence: int, attempt: int) -> str:
+        """Run the task and write its DONE in one transaction on the queue's database, fenced by this
+        run's token: a crash before the commit leaves neither the task's writes nor DONE, and a run
+        that lost the job (its lease expired, another worker holds it) rolls its writes back."""
+        from ..models import Job as JobModel
+
+        with transaction.atomic(using=jobq_settings().database):
+            result = result_json(self._call(task, job, fence, attempt, None))
+            if not JobModel.objects.complete_json(job.id, self.worker_id, result, fence=fence):
+                raise StaleRun(f"job {job.id}: run {fence} no longer owns the job")
+        return result
 
     def _call(self, task: Task[Any, Any], job: Job, fence: int, attempt: int, timeout: float | None) -> Any:
         args: tuple[Any, ...] = ()

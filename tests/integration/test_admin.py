@@ -308,8 +308,8 @@ def test_requeue_of_a_job_that_is_not_dead_changes_nothing(admin_client):
 
 @pytest.mark.p1
 def test_requeue_refused_while_an_active_duplicate_holds_the_dedupe_key(admin_client):
-    dead = dead_job(dedupe_key="invoice-9")
-    make_job(dedupe_key="invoice-9")  # enqueued again since: PENDING with the same key
+    dead = dead_job(dedupe_key="invoice-9", key_released=True)  # its window ended, and
+    make_job(dedupe_key="invoice-9")  # the key was enqueued again since: PENDING with the same key
     response = act(admin_client, DEAD, "requeue_selected", [dead])
     assert "1 job(s) left unchanged" in messages_of(response)[0]
     assert status_of(dead) == JobStatus.DEAD

@@ -62,7 +62,7 @@ def _generic_plan(sql: str, params: dict) -> dict:
     """EXPLAIN of the generic plan PostgreSQL would reuse for ``sql`` as a prepared statement."""
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql)
-    values = {"now": None, **params}
+    values = {"now": None, "done_channel": "jobq_done", **params}
     with connection.cursor() as cursor:
         cursor.execute(f"PREPARE jobq_generic AS {numbered}")
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")

@@ -57,7 +57,7 @@ def test_every_path_back_to_running_raises_the_fence(python_clock):
 
 def test_bulk_requeue_of_dead_jobs_sharing_a_dedupe_key_requeues_the_newest_and_the_rest():
     def dead(key=None):
-        jid = Job.objects.enqueue("test.noop", dedupe_key=key, max_attempts=1)
+        jid = Job.objects.enqueue("test.noop", dedupe_key=key, max_attempts=1, dedupe_dead=0)
         Job.objects.claim("w1")
         Job.objects.fail(jid, "w1", "boom")
         return jid

@@ -1,8 +1,10 @@
 """Tasks the test suite enqueues and runs."""
 
 import asyncio
+import datetime as dt
 import functools
 import os
+import signal
 import time
 
 from django.db import transaction
@@ -180,3 +182,37 @@ def show_timeouts():
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('statement_timeout'), current_setting('lock_timeout')")
         return list(cursor.fetchone())
+
+
+@django_jobq.task(name="test.windowed", dedupe_done=60, dedupe_dead=dt.timedelta(seconds=10))
+def windowed(**kwargs):
+    return None
+
+
+@django_jobq.task(name="test.expensive", takes_context=True, max_attempts=1)
+def expensive(context, key: str, pause: float = 0.3, fail: bool = False):
+    """Single-flight's costly work: recorded in the ledger, slow enough for callers to pile up."""
+    Execution.objects.create(
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id
+    )
+    time.sleep(pause)
+    if fail:
+        raise ValueError(f"expensive work for {key} failed")
+    return {"key": key, "value": 42}
+
+
+@django_jobq.task(name="test.atomic_record", takes_context=True, atomic=True, max_attempts=1)
+def atomic_record(context, then: str = "return"):
+    """Writes the ledger inside the job's transaction, then returns, raises, dies, or loses the job."""
+    Execution.objects.create(
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id
+    )
+    if then == "raise":
+        raise ValueError("failed after its write")
+    if then == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if then == "lose":  # another worker takes the job over meanwhile (its lease ran out, it was reaped)
+        from tests.takeover import take_over
+
+        take_over(context.job_id)
+    return {"fence": context.fence}

@@ -1,0 +1,58 @@
+"""Waiting for a job to finish (single-flight's other half): wakes on the completion NOTIFY that the
+finishing statement sends for a marked job, with polling as the fallback; works from any process."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql as pgsql
+
+from .. import validation
+from ..conf import jobq_settings
+from ..exceptions import InvalidJob, WaitTimeout
+from ..listener import connection_params
+from .base import BaseJobManager
+
+if TYPE_CHECKING:
+    from ..models import Job
+
+FINISHED = (2, 3)  # DONE, DEAD
+
+
+class WaitingManager(BaseJobManager):
+    def wait_for(self, job_id: int, *, timeout: float, poll: float | None = None) -> Job:
+        """Block until the job is DONE or DEAD and return it (``result``, ``last_error``);
+        WaitTimeout after ``timeout`` seconds; InvalidJob if there is no such job. Runs on its own
+        connection (the caller's transaction is not used: a job enqueued in it cannot finish before
+        it commits). ``poll``: seconds between reads when no notification comes (JOBQ["POLL_INTERVAL"])."""
+        job_id = validation.integer(job_id, "job id", 1, (1 << 63) - 1)
+        timeout = validation.seconds(timeout, "timeout")
+        conf = jobq_settings()
+        poll = conf.poll_interval if poll is None else validation.seconds(poll, "poll")
+        deadline = time.monotonic() + timeout
+        statements = self._sql()
+        params = {**connection_params(conf.database), "application_name": "jobq-wait"}
+        with psycopg.connect(**params, autocommit=True) as conn:
+            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(conf.done_channel)))
+            conn.execute(statements.WAIT_MARK, {"id": job_id})
+            while True:
+                row = conn.execute(statements.JOB_STATUS, {"id": job_id}).fetchone()
+                if row is None:
+                    raise InvalidJob(f"there is no job {job_id}")
+                if row[0] in FINISHED:
+                    return self.db_manager(conf.database).get(pk=job_id)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(f"job {job_id} did not finish within {timeout}s")
+                self._notified(conn, str(job_id), min(remaining, max(poll, 0.001)))
+
+    @staticmethod
+    def _notified(conn: psycopg.Connection[Any], payload: str, timeout: float) -> None:
+        """Return when ``payload`` is notified, or after ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        while (left := end - time.monotonic()) > 0:
+            for notify in conn.notifies(timeout=left, stop_after=1):
+                if notify.payload == payload:
+                    return

@@ -1,0 +1,141 @@
+"""PostgreSQL: the statements that insert jobs (enqueue, enqueue_many, enqueue_or_get), and the dedupe
+rule they share.
+
+Dedupe keys. At most one row holds each key (the partial unique index jobq_job_dedupe: dedupe_key set
+and key_released false): the active job, or after it ends the finished one, for its window
+(dedupe_done after DONE, dedupe_dead after DEAD, fixed by the enqueue that created it; NULL counts as
+zero). A keyed enqueue first releases the holder whose window is over (the "freed" CTE), then inserts
+with ON CONFLICT on that index, in one statement:
+
+- "freed" locks the holder's row. A concurrent enqueue of the same key waits for that lock, re-checks
+  its WHERE on the row's new version (READ COMMITTED) and finds it released, so it frees nothing; its
+  INSERT then meets the first one's new row in the unique index, waits for that transaction and,
+  once it commits, takes the ON CONFLICT branch. If the first rolls back, the holder and the index are
+  as they were and the second proceeds. Either way one job per window, decided by the index.
+- The INSERT reads its one source row after counting "freed", so the release has run before the row
+  is inserted; the released row version is outside the partial index and its old version is one this
+  transaction deleted, so the unique check passes it by.
+- A holder still inside its window is not freed, and the INSERT conflicts with it.
+
+Only the unkeyed statements (ENQUEUE, ENQUEUE_MANY) leave the dedupe columns out: they cost the
+unique index nothing.
+"""
+
+from .postgres_terms import DEAD, DONE, NOW, PENDING
+
+# The dedupe index's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
+HELD = "dedupe_key IS NOT NULL AND NOT key_released"
+
+
+def window_over(alias: str) -> str:
+    """``alias`` is finished and its key's window has passed (at the window's end exactly, too)."""
+    return (
+        f"{alias}.status IN ({DONE}, {DEAD}) AND {alias}.finished_at + COALESCE(CASE {alias}.status "
+        f"WHEN {DONE} THEN {alias}.dedupe_done ELSE {alias}.dedupe_dead END, interval '0') <= {NOW}"
+    )
+
+
+_COLUMNS = """task, queue, payload, status, priority, run_at, attempts, max_attempts, fence, releases,
+    error_count, dedupe_key, dedupe_done, dedupe_dead, errors, created_at"""
+
+# One job from scalar parameters; delay is added to run_at (or to now).
+_ONE = f"""%(task)s, %(queue)s, %(payload)s::jsonb, {PENDING}, %(priority)s,
+    COALESCE(%(run_at)s::timestamptz, {NOW}) + make_interval(secs => %(delay)s), 0, %(max_attempts)s,
+    0, 0, 0, %(dedupe_key)s, make_interval(secs => %(dedupe_done)s),
+    make_interval(secs => %(dedupe_dead)s), '[]'::jsonb, {NOW}"""
+
+_FREE_ONE = f"""freed AS (
+    UPDATE jobq_job AS h SET key_released = true
+    WHERE h.dedupe_key = %(dedupe_key)s AND NOT h.key_released AND {window_over("h")}
+    RETURNING h.id
+)"""
+
+_SKIP = "DO NOTHING"
+# replace / debounce: a PENDING holder of the same task takes the new payload, priority and run_at;
+# a RUNNING or finished holder, or one of another task, is left alone (no row comes back). ON CONFLICT
+# DO UPDATE locks the holder and evaluates this WHERE on its latest version, so a job a worker claimed
+# meanwhile is never modified.
+_REPLACE = f"""DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority, run_at = EXCLUDED.run_at
+    WHERE jobq_job.status = {PENDING} AND jobq_job.task = EXCLUDED.task"""
+
+# enqueue: insert one job without a dedupe key. pg_notify is queued in the caller's transaction and
+# delivered on commit only, so a rolled-back enqueue wakes nobody. The payload is only the queue name
+# (identical notifications in one transaction are folded into one).
+ENQUEUE = f"""
+WITH job AS (
+    INSERT INTO jobq_job ({_COLUMNS}) VALUES ({_ONE})
+    RETURNING id, queue
+)
+SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
+"""
+
+# enqueue_keyed / enqueue_replace: one job with a dedupe key (the module's docstring has the rule);
+# no row back when the key's holder stays.
+_ENQUEUE_KEYED = f"""
+WITH {_FREE_ONE}, job AS (
+    INSERT INTO jobq_job ({_COLUMNS}) SELECT {_ONE} FROM (SELECT count(*) FROM freed) AS f
+    ON CONFLICT (dedupe_key) WHERE {HELD} {{on_conflict}}
+    RETURNING id, queue
+)
+SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
+"""
+ENQUEUE_KEYED = _ENQUEUE_KEYED.format(on_conflict=_SKIP)
+ENQUEUE_REPLACE = _ENQUEUE_KEYED.format(on_conflict=_REPLACE)
+
+# enqueue_or_get: ENQUEUE_KEYED, and when the key's holder stays, that holder: (id, created). The
+# holder is read from the statement's snapshot, leaving out a holder whose window is over (the one
+# "freed" released, or one a concurrent enqueue is releasing); a holder committed after the snapshot
+# is not visible either, and then no row comes back and the caller runs the statement again.
+ENQUEUE_OR_GET = f"""
+WITH {_FREE_ONE}, job AS (
+    INSERT INTO jobq_job ({_COLUMNS}) SELECT {_ONE} FROM (SELECT count(*) FROM freed) AS f
+    ON CONFLICT (dedupe_key) WHERE {HELD} DO NOTHING
+    RETURNING id, queue
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM job WHERE %(notify)s
+)
+SELECT id, true FROM job, (SELECT count(*) FROM woken) AS w
+UNION ALL
+SELECT h.id, false FROM jobq_job AS h
+WHERE h.dedupe_key = %(dedupe_key)s AND NOT h.key_released AND NOT ({window_over("h")})
+  AND NOT EXISTS (SELECT 1 FROM job)
+"""
+
+# enqueue_many: many jobs from parallel arrays, sent in binary (one round trip, no per-element
+# quoting), one notification per distinct queue. ENQUEUE_MANY is for batches without dedupe keys;
+# the keyed forms free the holders of the batch's keys first (the caller has already dropped repeats
+# of a key inside the batch: the first wins, and DO UPDATE could not touch a row twice), and insert in
+# key order: every keyed batch then takes its keys' locks (the holders' rows, the index entries it
+# waits on) in the same order, so two batches sharing keys queue behind each other, never deadlock.
+_MANY = f"""
+    SELECT u.task, u.queue, u.payload::jsonb, {PENDING}, u.priority, COALESCE(u.run_at, {NOW}), 0,
+           u.max_attempts, 0, 0, 0, u.dedupe_key, make_interval(secs => u.dedupe_done),
+           make_interval(secs => u.dedupe_dead), '[]'::jsonb, {NOW}
+    FROM unnest(%(tasks)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::smallint[],
+                %(run_ats)b::timestamptz[], %(max_attempts)b::int[], %(dedupe_keys)b::text[],
+                %(dedupe_dones)b::float8[], %(dedupe_deads)b::float8[])
+         AS u(task, queue, payload, priority, run_at, max_attempts, dedupe_key, dedupe_done, dedupe_dead)"""
+_WOKEN = """woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM job) AS q WHERE %(notify)s
+)
+SELECT id FROM job, (SELECT count(*) FROM woken) AS w"""
+ENQUEUE_MANY = f"""
+WITH job AS (
+    INSERT INTO jobq_job ({_COLUMNS}) {_MANY}
+    RETURNING id, queue
+), {_WOKEN}
+"""
+_ENQUEUE_MANY_KEYED = f"""
+WITH freed AS (
+    UPDATE jobq_job AS h SET key_released = true
+    WHERE h.dedupe_key = ANY(%(keys)s::text[]) AND NOT h.key_released AND {window_over("h")}
+    RETURNING h.id
+), job AS (
+    INSERT INTO jobq_job ({_COLUMNS}) {_MANY}, (SELECT count(*) FROM freed) AS f
+    ORDER BY u.dedupe_key
+    ON CONFLICT (dedupe_key) WHERE {HELD} {{on_conflict}}
+    RETURNING id, queue
+), {_WOKEN}
+"""
+ENQUEUE_MANY_KEYED = _ENQUEUE_MANY_KEYED.format(on_conflict=_SKIP)
+ENQUEUE_MANY_REPLACE = _ENQUEUE_MANY_KEYED.format(on_conflict=_REPLACE)
