@@ -5,12 +5,14 @@ from .exceptions import (
     ConfigurationError,
     InvalidJob,
     InvalidPayload,
+    JobFailed,
     JobqError,
     JobTimeout,
     PayloadMismatch,
     PayloadTooLarge,
     PermanentError,
     UnknownTask,
+    WaitTimeout,
 )
 from .tasks import Task, task
 
@@ -20,6 +22,7 @@ __all__ = [
     "ConfigurationError",
     "InvalidJob",
     "InvalidPayload",
+    "JobFailed",
     "JobTimeout",
     "JobqError",
     "PayloadMismatch",
@@ -28,6 +31,7 @@ __all__ = [
     "RetryPolicy",
     "Task",
     "UnknownTask",
+    "WaitTimeout",
     "compute_backoff",
     "task",
 ]

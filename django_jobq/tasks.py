@@ -124,9 +124,16 @@ class Task(Generic[P, R]):
         return job.result
 
     async def arun_once(self, *, timeout: float, **kwargs: Any) -> Any:
-        return await sync_to_async(functools.partial(self.run_once, timeout=timeout), thread_sensitive=False)(
-            **kwargs
-        )
+        from .exceptions import InvalidJob, JobFailed
+        from .models import Job, JobStatus
+
+        if self.options.dedupe_key is None:
+            raise InvalidJob("run_once needs a dedupe key: task.using(dedupe_key=...).arun_once(...)")
+        job_id, _ = await Job.objects.aenqueue_or_get(self.name, kwargs, **self._call_options())
+        job = await Job.objects.await_for(job_id, timeout=timeout)
+        if job.status == JobStatus.DEAD:
+            raise JobFailed(job)
+        return job.result
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)

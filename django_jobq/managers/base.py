@@ -10,6 +10,7 @@ import psycopg
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import DEFERRED
 from django.utils import timezone
 
 from .. import validation
@@ -92,16 +93,21 @@ class BaseJobManager(models.Manager["Job"]):
             return self._build(names, cursor.fetchall())
 
     def _build(self, names: list[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
+        """Model instances from rows whose columns are ``names`` (any order, any subset; the others
+        are deferred)."""
         connection = self.connection
         fields = [self.model._meta.get_field(name) for name in names]
         converters = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
-        attnames = [f.attname for f in fields]  # type: ignore[union-attr]
+        position = {f.attname: i for i, f in enumerate(fields)}  # type: ignore[union-attr]
+        order = [position.get(f.attname) for f in self.model._meta.concrete_fields]
+        attnames = [f.attname for f in self.model._meta.concrete_fields]
         jobs = []
         for row in rows:
             values = list(row)
             for i, convert in converters:
                 values[i] = convert(values[i], None, connection)
-            jobs.append(self.model.from_db(connection.alias, attnames, values))
+            ordered = [DEFERRED if i is None else values[i] for i in order]
+            jobs.append(self.model.from_db(connection.alias, attnames, ordered))
         return jobs
 
     @staticmethod

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.types.string import TextLoader
 
 from .. import validation
 from ..conf import jobq_settings
@@ -26,7 +27,7 @@ class WaitingManager(BaseJobManager):
         """Block until the job is DONE or DEAD and return it (``result``, ``last_error``);
         WaitTimeout after ``timeout`` seconds; InvalidJob if there is no such job. Runs on its own
         connection (the caller's transaction is not used: a job enqueued in it cannot finish before
-        it commits). ``poll``: seconds between reads when no notification comes (JOBQ["POLL_INTERVAL"])."""
+        it commits; nor are the caller's thread's Django connections). ``poll``: seconds between reads when no notification comes (JOBQ["POLL_INTERVAL"])."""
         job_id = validation.integer(job_id, "job id", 1, (1 << 63) - 1)
         timeout = validation.seconds(timeout, "timeout")
         conf = jobq_settings()
@@ -35,14 +36,21 @@ class WaitingManager(BaseJobManager):
         statements = self._sql()
         params = {**connection_params(conf.database), "application_name": "jobq-wait"}
         with psycopg.connect(**params, autocommit=True) as conn:
+            for json_type in (
+                "json",
+                "jsonb",
+            ):  # as text, which the model's JSONFields decode (as Django's do)
+                conn.adapters.register_loader(json_type, TextLoader)
             conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(conf.done_channel)))
             conn.execute(statements.WAIT_MARK, {"id": job_id})
             while True:
-                row = conn.execute(statements.JOB_STATUS, {"id": job_id}).fetchone()
+                cursor = conn.execute(statements.JOB_ROW, {"id": job_id})
+                row = cursor.fetchone()
                 if row is None:
                     raise InvalidJob(f"there is no job {job_id}")
-                if row[0] in FINISHED:
-                    return self.db_manager(conf.database).get(pk=job_id)
+                job = self._build([column.name for column in cursor.description], [row])[0]
+                if job.status in FINISHED:
+                    return job
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise WaitTimeout(f"job {job_id} did not finish within {timeout}s")

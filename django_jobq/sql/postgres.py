@@ -384,7 +384,7 @@ UPDATE jobq_job SET awaited = true WHERE id = %(id)s AND status IN ({PENDING}, {
 RETURNING id
 """
 
-# job_status: a job's status, or no row. Read-only.
-JOB_STATUS = """
-SELECT status FROM jobq_job WHERE id = %(id)s
+# job_row: a job's every column, or no row. Read-only.
+JOB_ROW = """
+SELECT * FROM jobq_job WHERE id = %(id)s
 """
