@@ -48,7 +48,7 @@ class WaitingManager(BaseJobManager):
                 row = cursor.fetchone()
                 if row is None:
                     raise InvalidJob(f"there is no job {job_id}")
-                job = self._build([column.name for column in cursor.description], [row])[0]
+                job = self._build([column.name for column in cursor.description or ()], [row])[0]
                 if job.status in FINISHED:
                     return job
                 remaining = deadline - time.monotonic()
