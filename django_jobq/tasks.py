@@ -105,11 +105,23 @@ class Task(Generic[P, R]):
         return its result; concurrent callers with the same key share one run, and a DONE job inside
         its window answers without a run. JobFailed when the job went DEAD, WaitTimeout at
         ``timeout`` seconds. Not inside a transaction: the job could not start before it commits."""
+        from .models import Job
+
+        return _answer(Job.objects.wait_for(self._enqueue_once(kwargs), timeout=timeout))
+
+    async def arun_once(self, *, timeout: float, **kwargs: Any) -> Any:
+        from .models import Job
+
+        job_id = await sync_to_async(self._enqueue_once)(kwargs)
+        return _answer(await Job.objects.await_for(job_id, timeout=timeout))
+
+    def _enqueue_once(self, payload: dict[str, Any]) -> int:
+        """The id of the job holding this call's dedupe key (enqueued by this call if none did)."""
         from django.db import connections
 
         from .conf import jobq_settings
-        from .exceptions import InvalidJob, JobFailed
-        from .models import Job, JobStatus
+        from .exceptions import InvalidJob
+        from .models import Job
 
         if self.options.dedupe_key is None:
             raise InvalidJob("run_once needs a dedupe key: task.using(dedupe_key=...).run_once(...)")
@@ -117,23 +129,7 @@ class Task(Generic[P, R]):
             raise InvalidJob(
                 "run_once cannot wait inside a transaction: the job starts only after it commits"
             )
-        job_id, _ = Job.objects.enqueue_or_get(self.name, kwargs, **self._call_options())
-        job = Job.objects.wait_for(job_id, timeout=timeout)
-        if job.status == JobStatus.DEAD:
-            raise JobFailed(job)
-        return job.result
-
-    async def arun_once(self, *, timeout: float, **kwargs: Any) -> Any:
-        from .exceptions import InvalidJob, JobFailed
-        from .models import Job, JobStatus
-
-        if self.options.dedupe_key is None:
-            raise InvalidJob("run_once needs a dedupe key: task.using(dedupe_key=...).arun_once(...)")
-        job_id, _ = await Job.objects.aenqueue_or_get(self.name, kwargs, **self._call_options())
-        job = await Job.objects.await_for(job_id, timeout=timeout)
-        if job.status == JobStatus.DEAD:
-            raise JobFailed(job)
-        return job.result
+        return Job.objects.enqueue_or_get(self.name, payload, **self._call_options())[0]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -219,6 +215,16 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
         return inspect.signature(func)
     except (TypeError, ValueError):  # some callables have none: let the call decide
         return None
+
+
+def _answer(job: Any) -> Any:
+    """A finished job's result; JobFailed for a DEAD one."""
+    from .exceptions import JobFailed
+    from .models import JobStatus
+
+    if job.status == JobStatus.DEAD:
+        raise JobFailed(job)
+    return job.result
 
 
 def _origin(func: Callable[..., Any]) -> str:
