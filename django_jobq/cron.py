@@ -24,7 +24,7 @@ from cronsim import CronSim, CronSimError
 from .exceptions import InvalidJob
 
 MAX_SPEC_LENGTH = 200
-MAX_TIMEZONE_LENGTH = 64  # the longest IANA name is about 30 characters
+MAX_TIMEZONE_LENGTH = 64  # the longest IANA name has 32 characters
 
 _UTC = dt.UTC
 _SECOND = dt.timedelta(seconds=1)
@@ -51,6 +51,7 @@ class Spec(NamedTuple):
 
 
 def _show(value: str) -> str:
+    """``value`` for an error message: its repr, or its length if it is too long to quote."""
     return repr(value) if len(value) <= MAX_SPEC_LENGTH else f"of {len(value)} characters"
 
 
@@ -67,7 +68,7 @@ def parse_spec(spec: object) -> Spec:
             f"schedule spec must be a str (cron expression or 'HH:MM'), not {type(spec).__name__}"
         )
     if len(spec) > MAX_SPEC_LENGTH:
-        raise InvalidJob(f"schedule spec {_show(spec)} is longer than {MAX_SPEC_LENGTH} characters")
+        raise InvalidJob(f"schedule spec of {len(spec)} characters is longer than {MAX_SPEC_LENGTH}")
     if "\x00" in spec:
         raise InvalidJob(f"schedule spec {spec!r} must not contain NUL characters")
     if not spec.isascii():
@@ -113,8 +114,7 @@ def validate_timezone(name: object) -> str:
     if not name:
         raise InvalidJob("time zone must not be empty: give an IANA name such as 'Europe/Berlin'")
     if len(name) > MAX_TIMEZONE_LENGTH or not name.isascii() or not _ZONE_NAME.fullmatch(name):
-        shown = repr(name) if len(name) <= MAX_SPEC_LENGTH else f"of {len(name)} characters"
-        raise InvalidJob(f"time zone {shown} is not an IANA name such as 'Europe/Berlin'")
+        raise InvalidJob(f"time zone {_show(name)} is not an IANA name such as 'Europe/Berlin'")
     known = _known_zones()
     if not known:
         raise InvalidJob("no time zone database found: install the tzdata package")
