@@ -20,10 +20,12 @@ The per-job error history keeps only the last %(history)s entries (_append_error
 counts every failed attempt.
 """
 
+from .postgres_inbound import FIRST_SEEN, PRUNE_MARKS
 from .postgres_pick import _PICK_ANY, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
 from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING
 
-__all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
+# Shared with stats.py and the tests; the inbound statements are part of this engine's names.
+__all__ = ["DEAD", "DONE", "FIRST_SEEN", "NOW", "PENDING", "PRUNE_MARKS", "RUNNING", "_WALK"]
 
 _ACTIVE = f"status IN ({PENDING}, {RUNNING})"
 
