@@ -91,8 +91,14 @@ def test_4_processes_at_once_each_key_is_first_exactly_once():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mark", ["new", "expired"])
 @pytest.mark.parametrize(("outcome", "second_is_first"), [("commit", False), ("rollback", True)])
-def test_a_concurrent_duplicate_waits_for_the_first_transaction(outcome, second_is_first):
+def test_a_concurrent_duplicate_waits_for_the_first_transaction(mark, outcome, second_is_first):
+    """The second caller waits on the first one's new index entry (a new pair) or on its row lock (the
+    renewal of an expired mark), then decides on what the first transaction left."""
+    if mark == "expired":
+        past = timezone.now() - dt.timedelta(hours=1)
+        InboundMark.objects.create(namespace="wait", key="evt", seen_at=past, expires_at=past)
     taken, finish = threading.Event(), threading.Event()
     pid: list[int] = []
     result: list[bool] = []
