@@ -14,6 +14,7 @@ import pytest
 import time_machine
 from asgiref.sync import sync_to_async
 from django.db import connection, connections, transaction
+from django.test import RequestFactory
 from django.utils import timezone
 
 from django_jobq import InvalidJob
@@ -23,7 +24,8 @@ from django_jobq.models import InboundMark, Job
 from django_jobq.reaper import Reaper
 from django_jobq.sql import postgres
 from django_jobq.validation import MAX_SECONDS
-from tests.conftest import explain, plan_nodes, run_module, wait_until
+from tests.conftest import ROOT, explain, plan_nodes, run_module, wait_until
+from tests.integration.test_readme import readme_blocks
 
 pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
 
@@ -318,3 +320,27 @@ def test_plans_with_a_million_marks_use_the_unique_and_the_expiry_index(million_
     assert {n.get("Index Name") for n in prune} >= {"jobq_inbound_expires"}
     assert not [n for n in prune if "Seq Scan" in n["Node Type"]]
     assert prune_expired_marks(batch=5000) == 1000
+
+
+def test_the_documented_webhook_view_processes_each_delivery_once():
+    (block,) = [
+        b for b in readme_blocks(ROOT / "docs" / "inbound-dedupe.md") if "def stripe_webhook" in b.code
+    ]
+    namespace: dict = {"__name__": "docs"}
+    exec(compile(block.code, f"docs/inbound-dedupe.md:{block.line}", "exec"), namespace)
+    processed, failures = [], [RuntimeError("the handler failed")]
+
+    def process(event: dict) -> None:
+        Job.objects.enqueue("test.noop", {"event": event["id"]})  # a database write of the handler
+        if failures:
+            raise failures.pop()
+        processed.append(event["id"])
+
+    namespace["process"] = process
+    view = namespace["stripe_webhook"]
+    request = RequestFactory().post("/hooks/stripe", {"id": "evt_1"}, content_type="application/json")
+    with pytest.raises(RuntimeError):
+        view(request)  # a 500: no mark and no job are left
+    assert not InboundMark.objects.exists() and not Job.objects.exists()
+    assert [view(request).status_code for _ in range(3)] == [200, 200, 200]  # the retry, then redeliveries
+    assert processed == ["evt_1"] and Job.objects.count() == 1
