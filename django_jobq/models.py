@@ -150,3 +150,23 @@ class DeadJob(Job):
         proxy = True
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
+
+
+class InboundMark(models.Model):
+    """An inbound delivery seen (a webhook's event id in its namespace): the pair is taken until
+    expires_at. django_jobq.dedupe.first_seen writes it; the reaper deletes expired marks."""
+
+    # The primary key is the pair itself: the one unique index first_seen's ON CONFLICT needs, and no
+    # surrogate id with a second index to maintain on every delivery.
+    pk = models.CompositePrimaryKey("namespace", "key")
+    namespace = models.TextField()
+    key = models.TextField()
+    seen_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "jobq_inbound"
+        indexes = [models.Index(fields=["expires_at"], name="jobq_inbound_expires")]  # prune: expired first
+
+    def __str__(self) -> str:
+        return f"{self.namespace}:{self.key} until {self.expires_at}"

@@ -1,7 +1,8 @@
-"""The reaper: returns expired leases to the queue and prunes old finished jobs. One acts at a time
-across all replicas: the holder of the "reaper" row in jobq_lease, renewed on every pass; the others
-stand by and take over once the holder releases it (a clean stop) or lets it expire (a crash, a hung
-pass, a lost host). Two reapers acting at once for a moment is harmless: every statement is guarded."""
+"""The reaper: returns expired leases to the queue, prunes old finished jobs and expired inbound
+delivery marks. One acts at a time across all replicas: the holder of the "reaper" row in jobq_lease,
+renewed on every pass; the others stand by and take over once the holder releases it (a clean stop)
+or lets it expire (a crash, a hung pass, a lost host). Two reapers acting at once for a moment is
+harmless: every statement is guarded."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from django.db import Error as DatabaseError
 from django.db import connections
 
 from .conf import jobq_settings
+from .dedupe import prune_expired_marks
 from .models import Job, JobStatus
 
 logger = logging.getLogger("django_jobq")
@@ -31,6 +33,7 @@ class PassResult:
     reaped: list[int]
     pruned_done: int
     pruned_dead: int
+    pruned_marks: int = 0  # expired inbound delivery marks (django_jobq.dedupe)
 
 
 class Reaper:
@@ -78,7 +81,8 @@ class Reaper:
             )
         }
         Job.objects.prune_workers(WORKER_RECORD_RETENTION)
-        return PassResult(reaped, pruned[JobStatus.DONE], pruned[JobStatus.DEAD])
+        marks = prune_expired_marks(conf.prune_batch)
+        return PassResult(reaped, pruned[JobStatus.DONE], pruned[JobStatus.DEAD], marks)
 
     @staticmethod
     def _prune(status: JobStatus, retention: float, batch: int) -> int:

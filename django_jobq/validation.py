@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import re
 from typing import Any
 
@@ -22,6 +21,10 @@ MAX_DEDUPE_KEY_LENGTH = 1000
 MAX_ERROR_LENGTH = 20_000  # stored error text, tracebacks included, is cut to this
 MAX_JSON_DEPTH = 100  # nested arrays/objects in a payload or result
 MAX_SECONDS = 10 * 366 * 24 * 3600  # delays, leases, backoffs: ten years (PostgreSQL intervals overflow)
+# An inbound key in UTF-8: with a namespace of MAX_NAME_LENGTH four-byte characters the pair still fits one
+# btree entry (2704 bytes at most; PostgreSQL refuses longer index rows that do not compress).
+MAX_INBOUND_KEY_BYTES = 1800
+MIN_TTL = 1e-6  # a microsecond, the resolution of timestamptz: a shorter window would be no window
 
 # A JSON escape of U+0000 not itself escaped (an even number of backslashes before "\u0000").
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -64,7 +67,7 @@ def _check_structure(value: Any, what: str, depth: int) -> None:
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise InvalidPayload(f"{what} must be JSON: object key {key!r} is not a string")
+                    raise InvalidPayload(f"{what} must be JSON: object key {_shown(key)} is not a string")
                 _check_structure(item, what, depth + 1)
         else:
             for item in value:
@@ -91,7 +94,7 @@ def sized(text: str, max_bytes: int, what: str, setting: str) -> str:
 def string(value: Any, what: str, max_length: int) -> str:
     """A non-empty string PostgreSQL can store: no NUL, no lone surrogate, at most ``max_length``."""
     if not isinstance(value, str) or not value:
-        raise InvalidJob(f"{what} must be a non-empty string, not {value!r}")
+        raise InvalidJob(f"{what} must be a non-empty string, not {_shown(value)}")
     if len(value) > max_length:
         raise InvalidJob(f"{what} must be at most {max_length} characters, not {len(value)}")
     if "\x00" in value:
@@ -118,7 +121,7 @@ def queue(value: Any) -> str:
 
 def integer(value: Any, what: str, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise InvalidJob(f"{what} must be an integer in [{low}, {high}], not {value!r}")
+        raise InvalidJob(f"{what} must be an integer in [{low}, {high}], not {_shown(value)}")
     return value
 
 
@@ -137,23 +140,44 @@ def seconds(value: Any, what: str) -> float:
     if (
         not isinstance(value, int | float)
         or isinstance(value, bool)
-        or not math.isfinite(value)
-        or not 0 <= value <= MAX_SECONDS
+        or not 0 <= value <= MAX_SECONDS  # NaN fails every comparison; inf and huge ints exceed it
     ):
         raise InvalidJob(
-            f"{what} must be a number of seconds (or a timedelta) in [0, {MAX_SECONDS}], not {value!r}"
+            f"{what} must be a number of seconds (or a timedelta) in [0, {MAX_SECONDS}], not {_shown(value)}"
         )
     return float(value)
 
 
 def aware(value: Any, what: str) -> dt.datetime:
     if not isinstance(value, dt.datetime) or value.tzinfo is None:
-        raise InvalidJob(f"{what} must be a timezone-aware datetime, not {value!r}")
+        raise InvalidJob(f"{what} must be a timezone-aware datetime, not {_shown(value)}")
     return value
 
 
 def dedupe_key(value: Any) -> str | None:
     return None if value is None else string(value, "dedupe_key", MAX_DEDUPE_KEY_LENGTH)
+
+
+def inbound_namespace(value: Any) -> str:
+    """The namespace of an inbound delivery (a provider: "stripe", "slack"): a storable string."""
+    return string(value, "namespace", MAX_NAME_LENGTH)
+
+
+def inbound_key(value: Any) -> str:
+    """An inbound delivery's key (an event id): storable, at most MAX_DEDUPE_KEY_LENGTH characters and
+    MAX_INBOUND_KEY_BYTES bytes in UTF-8."""
+    string(value, "key", MAX_DEDUPE_KEY_LENGTH)
+    if not value.isascii() and len(value.encode()) > MAX_INBOUND_KEY_BYTES:
+        raise InvalidJob(f"key must be at most {MAX_INBOUND_KEY_BYTES} bytes in UTF-8")
+    return str(value)
+
+
+def ttl(value: Any) -> float:
+    """A dedupe window in seconds (or a timedelta): at least MIN_TTL, at most MAX_SECONDS."""
+    window = seconds(value, "ttl")
+    if window < MIN_TTL:
+        raise InvalidJob(f"ttl must be positive (at least {MIN_TTL} s), not {_shown(value)}")
+    return window
 
 
 def error_text(error: Any) -> str:
@@ -174,3 +198,9 @@ def _safe_repr(value: Any) -> str:
         return repr(value)
     except Exception as exc:  # a hostile __repr__
         return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: its repr, however hostile, at most 100 characters."""
+    text = _safe_repr(value)
+    return text if len(text) <= 100 else text[:99] + "…"

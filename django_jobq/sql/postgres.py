@@ -30,12 +30,13 @@ from .postgres_enqueue import (
     ENQUEUE_REPLACE,
     window_over,
 )
+from .postgres_inbound import FIRST_SEEN, PRUNE_MARKS
 from .postgres_pick import _PICK_ANY, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
 from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING
 
-__all__ = [  # the enqueue statements, and the terms shared with stats.py and the tests
+__all__ = [  # the statements of sibling modules that are this engine's names, and shared terms
     "DEAD", "DONE", "ENQUEUE", "ENQUEUE_KEYED", "ENQUEUE_MANY", "ENQUEUE_MANY_KEYED", "ENQUEUE_MANY_REPLACE",
-    "ENQUEUE_OR_GET", "ENQUEUE_REPLACE", "NOW", "PENDING", "RUNNING", "_WALK",
+    "ENQUEUE_OR_GET", "ENQUEUE_REPLACE", "FIRST_SEEN", "NOW", "PENDING", "PRUNE_MARKS", "RUNNING", "_WALK",
 ]  # fmt: skip
 
 

@@ -28,6 +28,7 @@ class Command(BaseCommand):
                 reaper.release()
             self.stdout.write(
                 f"reaped {len(result.reaped)}, pruned {result.pruned_done} done and {result.pruned_dead} dead job(s)"
+                f" and {result.pruned_marks} expired inbound mark(s)"
             )
             return
         stopping = threading.Event()
