@@ -24,6 +24,7 @@ MAX_SECONDS = 10 * 366 * 24 * 3600  # delays, leases, backoffs: ten years (Postg
 # An inbound key in UTF-8: with a namespace of MAX_NAME_LENGTH four-byte characters the pair still fits one
 # btree entry (2704 bytes at most; PostgreSQL refuses longer index rows that do not compress).
 MAX_INBOUND_KEY_BYTES = 1800
+MAX_DEDUPE_KEY_BYTES = 2000  # a job's dedupe key in UTF-8: one btree entry of jobq_job_dedupe
 MIN_TTL = 1e-6  # a microsecond, the resolution of timestamptz: a shorter window would be no window
 
 # A JSON escape of U+0000 not itself escaped (an even number of backslashes before "\u0000").
@@ -155,7 +156,14 @@ def aware(value: Any, what: str) -> dt.datetime:
 
 
 def dedupe_key(value: Any) -> str | None:
-    return None if value is None else string(value, "dedupe_key", MAX_DEDUPE_KEY_LENGTH)
+    """A job's dedupe key: storable, at most MAX_DEDUPE_KEY_LENGTH characters and MAX_DEDUPE_KEY_BYTES
+    bytes in UTF-8 (so that the unique index can always hold it)."""
+    if value is None:
+        return None
+    string(value, "dedupe_key", MAX_DEDUPE_KEY_LENGTH)
+    if not value.isascii() and len(value.encode()) > MAX_DEDUPE_KEY_BYTES:
+        raise InvalidJob(f"dedupe_key must be at most {MAX_DEDUPE_KEY_BYTES} bytes in UTF-8")
+    return str(value)
 
 
 def inbound_namespace(value: Any) -> str:

@@ -44,6 +44,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
         ({"queue": "\ud800"}, InvalidJob, "surrogate"),
         ({"dedupe_key": "k\x00"}, InvalidJob, "NUL"),
         ({"dedupe_key": "\udfff"}, InvalidJob, "surrogate"),
+        ({"dedupe_key": "\U0001f600" * 1000}, InvalidJob, "bytes in UTF-8"),  # too big for the index
         ({"delay": 1e300}, InvalidJob, "delay"),
         ({"delay": math.inf}, InvalidJob, "delay"),
     ],

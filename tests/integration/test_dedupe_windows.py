@@ -388,3 +388,9 @@ def test_keyed_enqueue_and_the_window_check_stay_on_indexes_with_a_million_finis
         assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], statement
         assert {n.get("Index Name") for n in nodes} >= {"jobq_job_dedupe"}
     assert Job.objects.enqueue("test.noop", dedupe_key="key-77") is None  # inside its window of a day
+
+
+def test_the_largest_accepted_dedupe_key_is_stored():
+    key = "\U0001f600" * 500  # 2,000 bytes: the byte cap
+    assert Job.objects.enqueue("test.noop", dedupe_key=key)
+    assert Job.objects.enqueue("test.noop", dedupe_key=key) is None

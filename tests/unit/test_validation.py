@@ -74,7 +74,7 @@ def test_injection_looking_names_are_plain_values():
     assert name("emails'; DROP TABLE jobq_job; --", "queue") == "emails'; DROP TABLE jobq_job; --"
 
 
-@pytest.mark.parametrize("value", ["k\x00", "\udc80", "", "x" * 1001, 5])
+@pytest.mark.parametrize("value", ["k\x00", "\udc80", "", "x" * 1001, "\U0001f600" * 600, 5])
 def test_bad_dedupe_keys_are_refused(value):
     with pytest.raises(InvalidJob, match="dedupe_key"):
         dedupe_key(value)
