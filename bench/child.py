@@ -27,14 +27,15 @@ def install(system: System, p: dict[str, Any]) -> dict[str, Any]:
 def enqueue_single(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """W1: ``jobs`` enqueue calls, each its own transaction."""
     n, deadline = p["jobs"], p["deadline"]
+    enqueue = system.enqueue_keyed if p.get("keyed") else system.enqueue  # type: ignore[attr-defined]
     system.open()
     for _ in range(20):
-        system.enqueue()  # warm-up: connections, caches, prepared statements
+        enqueue()  # warm-up: connections, caches, prepared statements
     system.reset()
     done = 0
     t0 = time.perf_counter()
     while done < n:
-        system.enqueue()
+        enqueue()
         done += 1
         if done % 50 == 0 and time.perf_counter() - t0 > deadline:
             break

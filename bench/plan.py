@@ -38,6 +38,14 @@ def workloads(s: Sizes) -> list[Workload]:
             applies=lambda cls: True,
         ),
         Workload(
+            key="W1 keyed",
+            group="W1",
+            title=f"enqueue {s.enqueue_jobs:,} jobs, one call each, every job with its own dedupe key, jobs/s",
+            op="enqueue_single",
+            params={"jobs": s.enqueue_jobs, "deadline": s.deadline, "keyed": True},
+            applies=lambda cls: cls.name == "jobq",
+        ),
+        Workload(
             key="W1 bulk",
             group="W1",
             title=f"enqueue {s.enqueue_jobs:,} jobs in one call of the bulk API (psycopg: COPY), jobs/s",

@@ -89,6 +89,9 @@ def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, fl
     if w == "W1 single":
         value = _median(results, w, CEILING)
         return ("plain psycopg INSERT", value) if value else None
+    if w == "W1 keyed":
+        value = _median(results, "W1 single", JOBQ)
+        return ("django-jobq W1 single", value) if value else None
     if w == "W1 bulk":
         value = _median(results, w, CEILING)
         return ("plain psycopg COPY", value) if value else None
@@ -131,6 +134,7 @@ def targets(results: dict[str, Any], table_rows: list[dict[str, Any]]) -> list[d
         ("W2 drain c4 >= 0.6x W4 ceiling, same batch", ratio("W2 c4", "vs_reference"), 0.6, ">="),
         ("W1 single enqueue >= 1.5x best peer", ratio("W1 single", "vs_best_peer"), 1.5, ">="),
         ("W1 bulk enqueue >= 50,000 jobs/s", jobq("W1 bulk"), 50_000.0, ">="),
+        ("W1 keyed >= 0.9x W1 single", ratio("W1 keyed", "vs_reference"), 0.9, ">="),
         ("W3 p50 <= 3 ms", jobq("W3 p50", "p50"), 3.0, "<="),
         ("W3 p99 <= 15 ms", jobq("W3 p99", "p99"), 15.0, "<="),
         ("W5 history >= 0.9x W2", ratio("W5 history", "vs_reference"), 0.9, ">="),

@@ -28,6 +28,13 @@ class Jobq(DjangoSystem):
 
         Job.objects.enqueue(TASKS[kind], {"key": key} if kind == "latency" else {})
 
+    def enqueue_keyed(self) -> None:
+        """W1 keyed: a job with a dedupe key no other job has."""
+        from django_jobq.models import Job
+
+        self._keys = getattr(self, "_keys", 0) + 1
+        Job.objects.enqueue(TASKS["noop"], {}, dedupe_key=f"bench-key-{self._keys}")
+
     def enqueue_bulk(self, n: int, kind: str = "noop") -> None:
         from django_jobq.managers import NewJob
         from django_jobq.models import Job

@@ -42,7 +42,17 @@ def test_quick_run_measures_every_workload_for_django_jobq(tmp_path):
     out = tmp_path / "bench.json"
     proc = bench("--quick", "--systems", "jobq,psycopg", "--json", str(out))
     doc = json.loads(out.read_text())
-    for key in ("W1 single", "W1 bulk", "W2 c4", "W2 c16", "W3", "W5 history", "W5 backlog", "W6 c16"):
+    for key in (
+        "W1 single",
+        "W1 keyed",
+        "W1 bulk",
+        "W2 c4",
+        "W2 c16",
+        "W3",
+        "W5 history",
+        "W5 backlog",
+        "W6 c16",
+    ):
         runs = doc["results"][key]["jobq"]
         assert runs and all("error" not in r for r in runs), (key, runs)
     for key in ("W1 single", "W1 bulk", "W4 b1", "W4 b4", "W4 b10", "W4 b100"):
@@ -52,6 +62,7 @@ def test_quick_run_measures_every_workload_for_django_jobq(tmp_path):
     assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"]
     rows = {row["row"]: row for row in doc["table"]}
     assert "vs_reference" in rows["W2 c4"]  # held against the plain-psycopg ceiling at batch 4
+    assert "vs_reference" in rows["W1 keyed"]  # held against W1 single
     assert {t["target"] for t in doc["targets"]} >= {"W3 p50 <= 3 ms", "W5 history >= 0.9x W2"}
     assert "W2 c4 (jobs/s)" in proc.stdout and "Targets" in proc.stdout
 
