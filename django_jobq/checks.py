@@ -16,7 +16,8 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     try:
         conf = jobq_settings()
     except ConfigurationError as exc:
-        return [Error(str(exc), hint="See the configuration reference in README.md.", id="jobq.E001")]
+        check_id = "jobq.E005" if str(exc).startswith('JOBQ["QUEUES"]') else "jobq.E001"
+        return [Error(str(exc), hint="See the configuration reference in README.md.", id=check_id)]
     errors: list[CheckMessage] = []
     if conf.database not in connections:
         errors.append(

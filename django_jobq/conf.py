@@ -13,6 +13,33 @@ from django.dispatch import receiver
 from .exceptions import ConfigurationError
 
 DAY = 24 * 3600
+QUEUE_OPTIONS = ("MAX_RUNNING",)  # the keys a JOBQ["QUEUES"] entry may have
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueOptions:
+    """One entry of JOBQ["QUEUES"]: flow control for one queue."""
+
+    max_running: int | None = None  # jobs RUNNING at once across every worker; None: no cap
+
+    @classmethod
+    def parse(cls, name: Any, raw: Any) -> QueueOptions:
+        where = f'JOBQ["QUEUES"][{name!r}]'
+        if not isinstance(name, str) or not name or name != name.strip() or name == "*" or "\x00" in name:
+            raise ConfigurationError(f"{where}: a queue name must be a non-empty string (not '*')")
+        if not isinstance(raw, dict):
+            raise ConfigurationError(f"{where} must be a dict of {', '.join(QUEUE_OPTIONS)}")
+        unknown = sorted(str(key) for key in raw if key not in QUEUE_OPTIONS)
+        if unknown:
+            raise ConfigurationError(f"{where}: unknown option(s) {', '.join(unknown)}")
+        running = raw.get("MAX_RUNNING")
+        if running is not None and (
+            not isinstance(running, int) or isinstance(running, bool) or not 1 <= running <= 1_000_000
+        ):
+            raise ConfigurationError(
+                f'{where}["MAX_RUNNING"] must be an integer in [1, 1000000], not {running!r}'
+            )
+        return cls(max_running=running)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +74,11 @@ class JobqSettings:
     prune_batch: int = 5000  # rows deleted per pruning statement
     reap_interval: float = 5.0  # seconds between reaper passes
     prepared_statements: bool = True  # prepare the queue's statements on the server (off for old poolers)
+    queues: dict[str, QueueOptions] = dataclasses.field(default_factory=dict)  # per-queue flow control
+
+    def caps(self) -> dict[str, int]:
+        """Queue name -> MAX_RUNNING, for the capped queues."""
+        return {name: o.max_running for name, o in self.queues.items() if o.max_running is not None}
 
     def __post_init__(self) -> None:
         if self.clock not in ("database", "python"):
@@ -127,6 +159,10 @@ class JobqSettings:
         values = {known[key]: value for key, value in raw.items()}
         if "permanent_exceptions" in values:
             values["permanent_exceptions"] = tuple(values["permanent_exceptions"])
+        if "queues" in values:
+            if not isinstance(values["queues"], dict):
+                raise ConfigurationError('JOBQ["QUEUES"] must be a dict: queue name -> options')
+            values["queues"] = {name: QueueOptions.parse(name, raw) for name, raw in values["queues"].items()}
         return cls(**values)
 
 

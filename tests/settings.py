@@ -47,6 +47,7 @@ JOBQ = {
     "HEARTBEAT_SECONDS": env.float("JOBQ_HEARTBEAT_SECONDS", default=2),
     "POLL_INTERVAL": env.float("JOBQ_POLL_INTERVAL", default=0.5),
     "BACKOFF_BASE": env.float("JOBQ_BACKOFF_BASE", default=5),
+    "QUEUES": env.json("JOBQ_QUEUES", default={}),
 }
 LOGGING = {
     "version": 1,

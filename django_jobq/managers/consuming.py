@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
+
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
@@ -90,17 +92,42 @@ class ConsumerManager(BaseJobManager):
         exclude: Sequence[str] = (),
     ) -> tuple[set[int], list[Job]]:
         """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
-        ``exclude``) in a single statement (one commit).
+        ``exclude``) in a single statement (one commit). A queue with JOBQ["QUEUES"][q]["MAX_RUNNING"]
+        is claimed from under that cap, across every worker (claim and claim_batch ignore caps).
 
         Returns the ids completed (still owned) and the jobs claimed (``limit`` may be 0)."""
         ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
         params: dict[str, Any] = {
             "worker_id": worker_id, "ids": ids, "fences": fences, "results": results,
             "limit": validation.integer(limit, "limit", 0, 100_000), "queue": queue,
-            "lease": self._lease(lease_seconds), "exclude": list(exclude),
+            "lease": self._lease(lease_seconds), "exclude": list(exclude), "cap": None,
         }  # fmt: skip
+        caps = jobq_settings().caps()
+        if queue is not None:
+            return self._complete_and_claim({**params, "cap": caps.get(queue)})
+        # The "*" lane: every uncapped queue in one statement, then each capped one it serves.
+        params["exclude"] = [*exclude, *caps]
+        completed, jobs = self._complete_and_claim(params)
+        for name in sorted(set(caps) - set(exclude)):
+            if len(jobs) >= limit:
+                break
+            more = {**params, "ids": [], "fences": [], "results": [], "queue": name, "cap": caps[name]}
+            jobs += self._complete_and_claim({**more, "limit": limit - len(jobs)})[1]
+        return completed, jobs
+
+    def _complete_and_claim(self, params: dict[str, Any]) -> tuple[set[int], list[Job]]:
+        """One complete-and-claim statement: for one queue (capped: under the queue's CAP_LOCK, in a
+        transaction of its own), or for every queue but params["exclude"]."""
         sql = self._sql()
-        statement = sql.COMPLETE_AND_CLAIM if queue is not None else sql.COMPLETE_AND_CLAIM_REST
+        if params["queue"] is None:
+            return self._run_complete_and_claim(sql.COMPLETE_AND_CLAIM_REST, params)
+        if params["cap"] is None:
+            return self._run_complete_and_claim(sql.COMPLETE_AND_CLAIM, params)
+        with transaction.atomic(using=self.connection.alias):
+            self._execute(sql.CAP_LOCK, {"queue": params["queue"]})
+            return self._run_complete_and_claim(sql.COMPLETE_AND_CLAIM_CAPPED, params)
+
+    def _run_complete_and_claim(self, statement: str, params: dict[str, Any]) -> tuple[set[int], list[Job]]:
         with self._cursor() as cursor:
             cursor.execute(statement, self._common(params))
             names = [column.name for column in cursor.description][1:]

@@ -31,12 +31,21 @@ from .postgres_enqueue import (
     window_over,
 )
 from .postgres_inbound import FIRST_SEEN, PRUNE_MARKS
-from .postgres_pick import _PICK_ANY, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
+from .postgres_pick import _PICK_ANY, _PICK_CAPPED, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
 from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING
+from .postgres_workers import (
+    LEASE_ACQUIRE,
+    LEASE_RELEASE,
+    PRUNE_WORKERS,
+    SET_TIMEOUTS,
+    WORKER_BEAT,
+    WORKER_IS_LIVE,
+)
 
 __all__ = [  # the statements of sibling modules that are this engine's names, and shared terms
     "DEAD", "DONE", "ENQUEUE", "ENQUEUE_KEYED", "ENQUEUE_MANY", "ENQUEUE_MANY_KEYED", "ENQUEUE_MANY_REPLACE",
-    "ENQUEUE_OR_GET", "ENQUEUE_REPLACE", "FIRST_SEEN", "NOW", "PENDING", "PRUNE_MARKS", "RUNNING", "_WALK",
+    "ENQUEUE_OR_GET", "ENQUEUE_REPLACE", "FIRST_SEEN", "LEASE_ACQUIRE", "LEASE_RELEASE", "NOW", "PENDING",
+    "PRUNE_MARKS", "PRUNE_WORKERS", "RUNNING", "SET_TIMEOUTS", "WORKER_BEAT", "WORKER_IS_LIVE", "_WALK",
 ]  # fmt: skip
 
 
@@ -278,23 +287,6 @@ WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s
 RETURNING id
 """
 
-# worker_beat: upsert the worker's row (who is alive, what it runs). One row per worker process;
-# only that process writes it, so there is no contention.
-WORKER_BEAT = f"""
-INSERT INTO jobq_worker (worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at,
-                         stopped_at)
-VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(lanes)s::jsonb, %(running)s, %(stuck)s::jsonb, {NOW}, {NOW},
-        CASE WHEN %(stopped)s THEN {NOW} END)
-ON CONFLICT (worker_id) DO UPDATE
-SET running = EXCLUDED.running, stuck = EXCLUDED.stuck, last_seen_at = EXCLUDED.last_seen_at,
-    stopped_at = EXCLUDED.stopped_at
-"""
-
-# prune_workers: forget workers not seen for a long time.
-PRUNE_WORKERS = f"""
-DELETE FROM jobq_worker WHERE last_seen_at < {NOW} - make_interval(secs => %(age)s)
-"""
-
 # retry_in_slot: record a failed attempt and start the next one in the same worker slot, keeping the
 # job RUNNING and owned: attempts += 1, fence += 1 (a new token), the lease renewed, the error
 # appended. Only while attempts remain; otherwise the caller fails the job as usual.
@@ -342,38 +334,16 @@ FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 """
 COMPLETE_AND_CLAIM = _COMPLETE_AND_CLAIM.format(pick=_PICK_ONE)
 COMPLETE_AND_CLAIM_REST = _COMPLETE_AND_CLAIM.format(pick=_PICK_REST)
+# complete_and_claim_capped: COMPLETE_AND_CLAIM for a queue with MAX_RUNNING, run after CAP_LOCK in
+# the same transaction (postgres_pick's _PICK_CAPPED).
+COMPLETE_AND_CLAIM_CAPPED = _COMPLETE_AND_CLAIM.format(pick=_PICK_CAPPED)
 
-# lease_acquire: take the named maintenance lease (e.g. the reaper's) for %(holder)s until now +
-# %(seconds)s, when nobody holds it, its holder let it expire, or we hold it already (a renewal).
-# ON CONFLICT DO UPDATE locks the existing row and re-checks the WHERE on its latest version, so of
-# concurrent takers exactly one gets a row back.
-LEASE_ACQUIRE = f"""
-INSERT INTO jobq_lease (name, holder, expires_at)
-VALUES (%(name)s, %(holder)s, {NOW} + make_interval(secs => %(seconds)s))
-ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-WHERE jobq_lease.holder = EXCLUDED.holder OR jobq_lease.expires_at < {NOW}
-RETURNING holder
-"""
-
-# lease_release: give the lease up at once (a clean stop), only if we still hold it.
-LEASE_RELEASE = """
-DELETE FROM jobq_lease WHERE name = %(name)s AND holder = %(holder)s
-"""
-
-# worker_is_live: another process recorded this worker id and has beaten within %(age)s seconds
-# without stopping. Read-only.
-WORKER_IS_LIVE = f"""
-SELECT 1 FROM jobq_worker
-WHERE worker_id = %(worker_id)s AND stopped_at IS NULL
-  AND last_seen_at > {NOW} - make_interval(secs => %(age)s)
-"""
-
-# set_timeouts: bound every later statement on this session (the worker's and reaper's own
-# connections only, never a task's): a hung statement or a long row-lock wait fails fast and is
-# retried, instead of stalling a lane, the heartbeat or the reaper.
-SET_TIMEOUTS = """
-SELECT set_config('statement_timeout', %(statement_ms)s, false),
-       set_config('lock_timeout', %(lock_ms)s, false)
+# cap_lock: serialise the claims of one capped queue across every worker, until this transaction
+# ends (a transaction-level advisory lock: released at commit or rollback, so it holds behind any
+# pooler, and no session can keep it by accident). The claim that follows counts the queue's RUNNING
+# jobs with a snapshot taken after the lock was granted, so two claimers never both see a free slot.
+CAP_LOCK = """
+SELECT pg_advisory_xact_lock(hashtextextended('jobq.cap:' || %(queue)s, 0))
 """
 
 # wait_mark: a wait_for() caller asks for a completion NOTIFY from this job's finishing statement. The

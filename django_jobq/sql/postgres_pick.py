@@ -1,7 +1,7 @@
 """PostgreSQL: the claim's selection (the "picked" CTE that claim statements share). Kept apart from
 django_jobq.sql.postgres, which composes it with the UPDATE that takes the picked rows."""
 
-from .postgres_terms import NOW, PENDING
+from .postgres_terms import NOW, PENDING, RUNNING
 
 # claim: pick up to %(limit)s due PENDING jobs and make them RUNNING for this worker, in one statement.
 # The selection locks its rows FOR UPDATE SKIP LOCKED, so concurrent claimers never wait for or take the
@@ -39,10 +39,10 @@ _LIMIT = "(SELECT %(limit)s::int)"
 _DUE_NOW = f"run_at >= '-infinity' AND run_at <= (SELECT {NOW})"
 
 
-def _due(queue: str, gate: str = "") -> str:
+def _due(queue: str, gate: str = "", limit: str = _LIMIT) -> str:
     """The due jobs of one queue (an expression: a parameter, or an outer column), claim order, locked,
-    at most %(limit)s; none unless ``gate`` (a condition on outer columns) holds. Columns id, priority,
-    run_at."""
+    at most ``limit`` (%(limit)s); none unless ``gate`` (a condition on outer columns) holds. Columns
+    id, priority, run_at."""
     gate = f" AND {gate}" if gate else ""
     return f"""WITH RECURSIVE lanes(priority, depth) AS (
         (SELECT priority, 1 FROM jobq_job WHERE status = {PENDING} AND queue = {queue}{gate}
@@ -59,19 +59,28 @@ def _due(queue: str, gate: str = "") -> str:
             SELECT id, priority, run_at FROM jobq_job
             WHERE status = {PENDING} AND queue = {queue} AND priority = l.priority AND {_DUE_NOW}
               AND l.depth < {_WALK}
-            ORDER BY run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS lane
+            ORDER BY run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) AS lane
         UNION ALL
         SELECT * FROM (
             SELECT id, priority, run_at FROM jobq_job
             WHERE status = {PENDING} AND queue = {queue} AND priority >= l.priority AND {_DUE_NOW}
               AND l.depth = {_WALK}
-            ORDER BY priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
+            ORDER BY priority, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) AS rest
     ) AS due
-    LIMIT {_LIMIT}"""
+    LIMIT {limit}"""
 
 
 # One queue: its walk, as it comes.
 _PICK_ONE = f"picked AS MATERIALIZED (\n    {_due('%(queue)s')}\n)"
+
+# One capped queue (JOBQ["QUEUES"][q]["MAX_RUNNING"] = %(cap)s): its walk, taking at most the cap
+# less the jobs of the queue RUNNING now (the ones this statement completes, %(ids)s, not counted).
+# Only exact after CAP_LOCK in the same transaction: under READ COMMITTED this statement's snapshot
+# is taken after the lock was granted, so it sees every claim committed by the previous holder.
+_CAPPED_LIMIT = f"""(SELECT GREATEST(0, LEAST(%(limit)s::int, %(cap)s::int - (
+        SELECT count(*) FROM jobq_job
+        WHERE status = {RUNNING} AND queue = %(queue)s AND id <> ALL(%(ids)s::bigint[]))::int)))"""
+_PICK_CAPPED = f"picked AS MATERIALIZED (\n    {_due('%(queue)s', limit=_CAPPED_LIMIT)}\n)"
 
 # Several queues: each queue's walk (at most %(limit)s rows each), merged by (priority, run_at, id).
 # The merge is a sort, which reads all its input before the limit applies, so each queue locks up to

@@ -56,6 +56,33 @@ def test_check_ids(settings):
     assert _ids(settings, {"CLOCK": "wall"}) == ["jobq.E001"]
     assert _ids(settings, {"DATABASE": "nope"}) == ["jobq.E002"]
     assert _ids(settings, {"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 10}) == ["jobq.E004"]
+    assert _ids(settings, {"QUEUES": {"emails": {"MAX_RUNNING": 0}}}) == ["jobq.E005"]
+
+
+@pytest.mark.parametrize(
+    ("queues", "message"),
+    [
+        ([], "must be a dict"),
+        ({"emails": 4}, "must be a dict of"),
+        ({"emails": {"MAX_RUNING": 4}}, "unknown option"),
+        ({"emails": {"MAX_RUNNING": 0}}, "MAX_RUNNING"),
+        ({"emails": {"MAX_RUNNING": True}}, "MAX_RUNNING"),
+        ({"emails": {"MAX_RUNNING": "4"}}, "MAX_RUNNING"),
+        ({"*": {"MAX_RUNNING": 4}}, "queue name"),
+        ({"": {}}, "queue name"),
+        ({" emails": {}}, "queue name"),
+    ],
+)
+def test_bad_queue_options_are_refused(settings, queues, message):
+    settings.JOBQ = {"QUEUES": queues}
+    with pytest.raises(ConfigurationError, match=message):
+        jobq_settings()
+
+
+def test_queue_options_parse(settings):
+    settings.JOBQ = {"QUEUES": {"emails": {"MAX_RUNNING": 4}, "bulk": {}}}
+    conf = jobq_settings()
+    assert conf.queues["emails"].max_running == 4 and conf.caps() == {"emails": 4}
 
 
 def test_check_refuses_a_non_postgresql_database(settings, monkeypatch):
