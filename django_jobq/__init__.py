@@ -11,6 +11,7 @@ from .exceptions import (
     PayloadMismatch,
     PayloadTooLarge,
     PermanentError,
+    QueueFull,
     UnknownTask,
     WaitTimeout,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "PayloadMismatch",
     "PayloadTooLarge",
     "PermanentError",
+    "QueueFull",
     "RetryPolicy",
     "Task",
     "UnknownTask",

@@ -13,7 +13,7 @@ from django.dispatch import receiver
 from .exceptions import ConfigurationError
 
 DAY = 24 * 3600
-QUEUE_OPTIONS = ("MAX_RUNNING",)  # the keys a JOBQ["QUEUES"] entry may have
+QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING")  # the keys a JOBQ["QUEUES"] entry may have
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,6 +21,7 @@ class QueueOptions:
     """One entry of JOBQ["QUEUES"]: flow control for one queue."""
 
     max_running: int | None = None  # jobs RUNNING at once across every worker; None: no cap
+    max_depth: int | None = None  # PENDING jobs beyond which enqueue raises QueueFull; None: no limit
 
     @classmethod
     def parse(cls, name: Any, raw: Any) -> QueueOptions:
@@ -32,14 +33,15 @@ class QueueOptions:
         unknown = sorted(str(key) for key in raw if key not in QUEUE_OPTIONS)
         if unknown:
             raise ConfigurationError(f"{where}: unknown option(s) {', '.join(unknown)}")
-        running = raw.get("MAX_RUNNING")
-        if running is not None and (
-            not isinstance(running, int) or isinstance(running, bool) or not 1 <= running <= 1_000_000
-        ):
-            raise ConfigurationError(
-                f'{where}["MAX_RUNNING"] must be an integer in [1, 1000000], not {running!r}'
-            )
-        return cls(max_running=running)
+        for key, top in {"MAX_RUNNING": 1_000_000, "MAX_DEPTH": 1 << 40}.items():
+            value = raw.get(key)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top
+            ):
+                raise ConfigurationError(
+                    f'{where}["{key}"] must be an integer in [1, {top}], not {value!r:.100}'
+                )
+        return cls(max_running=raw.get("MAX_RUNNING"), max_depth=raw.get("MAX_DEPTH"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +81,10 @@ class JobqSettings:
     def caps(self) -> dict[str, int]:
         """Queue name -> MAX_RUNNING, for the capped queues."""
         return {name: o.max_running for name, o in self.queues.items() if o.max_running is not None}
+
+    def depth_limits(self) -> dict[str, int]:
+        """Queue name -> MAX_DEPTH, for the queues with one."""
+        return {name: o.max_depth for name, o in self.queues.items() if o.max_depth is not None}
 
     def __post_init__(self) -> None:
         if self.clock not in ("database", "python"):

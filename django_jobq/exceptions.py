@@ -54,3 +54,7 @@ class JobFailed(JobqError):
         self.error: str | None = job.last_error
         lines = (job.last_error or "").strip().splitlines() or ["no error recorded"]
         super().__init__(f"job {job.id} ({job.task}) failed: {lines[-1]}")
+
+
+class QueueFull(JobqError):
+    """The queue holds JOBQ["QUEUES"][queue]["MAX_DEPTH"] PENDING jobs already; nothing was written."""

@@ -170,3 +170,21 @@ class InboundMark(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}:{self.key} until {self.expires_at}"
+
+
+class QueueState(models.Model):
+    """Per-queue state kept in the database: the depth baseline that enqueue's MAX_DEPTH check
+    starts from (refreshed by the reaper for every queue with a MAX_DEPTH)."""
+
+    name = models.TextField(primary_key=True)
+    depth_count = models.BigIntegerField(null=True, help_text="PENDING jobs counted at depth_at.")
+    depth_seq = models.BigIntegerField(
+        null=True, help_text="jobq_job's id sequence read just before that count."
+    )
+    depth_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "jobq_queue"
+
+    def __str__(self) -> str:
+        return self.name

@@ -67,12 +67,14 @@ class Reaper:
 
     # -- work ------------------------------------------------------------------------------------------
     def run_once(self) -> PassResult:
-        """One pass: reap every expired lease, then prune in bounded batches. Call while holding the lease."""
+        """One pass: reap every expired lease, refresh the MAX_DEPTH baselines, then prune in bounded
+        batches. Call while holding the lease."""
         conf = jobq_settings()
         Job.objects.bound_statements()
         reaped = Job.objects.reap()
         if reaped:
             logger.warning("reaper: returned %d job(s) with expired leases: %s", len(reaped), reaped[:50])
+        Job.objects.refresh_depths()
         pruned = {
             status: self._prune(status, retention, conf.prune_batch)
             for status, retention in (

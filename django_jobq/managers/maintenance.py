@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import IntegrityError, transaction
 
 from .. import validation
+from ..conf import jobq_settings
 from ..exceptions import InvalidJob
 from .base import BaseJobManager
 
@@ -66,6 +67,16 @@ class MaintenanceManager(BaseJobManager):
             "batch": batch,
         }
         return self._rowcount(self._sql().PRUNE, params)
+
+    def refresh_depths(self) -> None:
+        """Record the exact PENDING count of every queue with a MAX_DEPTH, with the id sequence read
+        just before it (two statements, in that order, outside any transaction): the baseline the
+        enqueue check bounds the depth from (sql/postgres_depth)."""
+        queues = sorted(jobq_settings().depth_limits())
+        if queues:
+            sql = self._sql()
+            seq = self._execute(sql.DEPTH_SEQ, {})[0][0]
+            self._execute(sql.DEPTH_REFRESH, {"queues": queues, "seq": seq})
 
     def prune_workers(self, older_than: float) -> int:
         """Forget workers not seen for ``older_than`` seconds."""

@@ -4,12 +4,13 @@ written; the dedupe rule (windows, modes) is decided by the statements (sql/post
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from .. import validation
 from ..conf import jobq_settings
-from ..exceptions import InvalidJob
+from ..exceptions import InvalidJob, QueueFull
 from ..tasks import find_task, get_task
 from .base import BaseJobManager
 
@@ -146,13 +147,46 @@ class ProducerManager(BaseJobManager):
             dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
         )  # fmt: skip
         mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
-        sql = self._sql()
-        if params["dedupe_key"] is None:
-            statement = sql.ENQUEUE
+        sql, keyed = self._sql(), params["dedupe_key"] is not None
+        params["max_depth"] = limit = jobq_settings().depth_limits().get(params["queue"])
+        if limit is None:
+            statement = (
+                sql.ENQUEUE if not keyed else sql.ENQUEUE_KEYED if mode == "skip" else sql.ENQUEUE_REPLACE
+            )
+            rows = self._execute(statement, params)
+            return rows[0][0] if rows else None
+        if not keyed:
+            statement = sql.ENQUEUE_GATED
         else:
-            statement = sql.ENQUEUE_KEYED if mode == "skip" else sql.ENQUEUE_REPLACE
-        rows = self._execute(statement, params)
-        return rows[0][0] if rows else None
+            statement = sql.ENQUEUE_KEYED_GATED if mode == "skip" else sql.ENQUEUE_REPLACE_GATED
+        room, job_id, _ = self._execute(statement, params)[0]
+        if not room:
+            raise self._full(params["queue"], limit)
+        return job_id  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _full(queue: str, limit: int) -> QueueFull:
+        return QueueFull(f"queue {queue!r} is full: it holds its MAX_DEPTH of {limit} PENDING jobs")
+
+    def _check_room(self, wanted: dict[str, int]) -> None:
+        """QueueFull (writing nothing) unless ``wanted[queue]`` more jobs fit in each queue with a MAX_DEPTH."""
+        limits = jobq_settings().depth_limits()
+        limited = {queue: n for queue, n in wanted.items() if queue in limits}
+        if not limited:
+            return
+        params = {
+            "queues": list(limited),
+            "counts": list(limited.values()),
+            "limits": [limits[q] for q in limited],
+        }
+        if full := sorted(row[0] for row in self._execute(self._sql().DEPTH_FULL, params)):
+            raise (
+                self._full(full[0], limits[full[0]])
+                if len(full) == 1
+                else QueueFull(
+                    f"queues {', '.join(map(repr, full))} are full (MAX_DEPTH); nothing was written"
+                )
+            )
 
     def enqueue_or_get(
         self,
@@ -176,10 +210,14 @@ class ProducerManager(BaseJobManager):
             task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
         )  # fmt: skip
+        params["max_depth"] = jobq_settings().depth_limits().get(params["queue"])
+        sql = self._sql()
+        statement = sql.ENQUEUE_OR_GET if params["max_depth"] is None else sql.ENQUEUE_OR_GET_GATED
         for _ in range(ENQUEUE_OR_GET_TRIES):
-            rows = self._execute(self._sql().ENQUEUE_OR_GET, params)
+            rows = self._execute(statement, params)
             if rows:
                 return int(rows[0][0]), bool(rows[0][1])
+            self._check_room({params["queue"]: 1})  # no holder and no room: QueueFull
         raise InvalidJob(
             f"dedupe key {dedupe_key!r:.100} kept changing hands, or its holder is not visible from this "
             "transaction (enqueue_or_get needs READ COMMITTED)"
@@ -220,6 +258,7 @@ class ProducerManager(BaseJobManager):
             rows.append(row)
         if not rows:
             return []
+        self._check_room(Counter(row[1] for row in rows))
         names = (
             "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
             "dedupe_dones", "dedupe_deads",

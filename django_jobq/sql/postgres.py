@@ -20,14 +20,19 @@ The per-job error history keeps only the last %(history)s entries (_append_error
 counts every failed attempt.
 """
 
+from .postgres_depth import DEPTH_FULL, DEPTH_REFRESH, DEPTH_SEQ
 from .postgres_enqueue import (
     ENQUEUE,
+    ENQUEUE_GATED,
     ENQUEUE_KEYED,
+    ENQUEUE_KEYED_GATED,
     ENQUEUE_MANY,
     ENQUEUE_MANY_KEYED,
     ENQUEUE_MANY_REPLACE,
     ENQUEUE_OR_GET,
+    ENQUEUE_OR_GET_GATED,
     ENQUEUE_REPLACE,
+    ENQUEUE_REPLACE_GATED,
     window_over,
 )
 from .postgres_inbound import FIRST_SEEN, PRUNE_MARKS
@@ -43,9 +48,34 @@ from .postgres_workers import (
 )
 
 __all__ = [  # the statements of sibling modules that are this engine's names, and shared terms
-    "DEAD", "DONE", "ENQUEUE", "ENQUEUE_KEYED", "ENQUEUE_MANY", "ENQUEUE_MANY_KEYED", "ENQUEUE_MANY_REPLACE",
-    "ENQUEUE_OR_GET", "ENQUEUE_REPLACE", "FIRST_SEEN", "LEASE_ACQUIRE", "LEASE_RELEASE", "NOW", "PENDING",
-    "PRUNE_MARKS", "PRUNE_WORKERS", "RUNNING", "SET_TIMEOUTS", "WORKER_BEAT", "WORKER_IS_LIVE", "_WALK",
+    "DEAD",
+    "DEPTH_FULL",
+    "DEPTH_REFRESH",
+    "DEPTH_SEQ",
+    "DONE",
+    "ENQUEUE",
+    "ENQUEUE_GATED",
+    "ENQUEUE_KEYED",
+    "ENQUEUE_KEYED_GATED",
+    "ENQUEUE_MANY",
+    "ENQUEUE_MANY_KEYED",
+    "ENQUEUE_MANY_REPLACE",
+    "ENQUEUE_OR_GET",
+    "ENQUEUE_OR_GET_GATED",
+    "ENQUEUE_REPLACE",
+    "ENQUEUE_REPLACE_GATED",
+    "FIRST_SEEN",
+    "LEASE_ACQUIRE",
+    "LEASE_RELEASE",
+    "NOW",
+    "PENDING",
+    "PRUNE_MARKS",
+    "PRUNE_WORKERS",
+    "RUNNING",
+    "SET_TIMEOUTS",
+    "WORKER_BEAT",
+    "WORKER_IS_LIVE",
+    "_WALK",
 ]  # fmt: skip
 
 

@@ -21,6 +21,7 @@ Only the unkeyed statements (ENQUEUE, ENQUEUE_MANY) leave the dedupe columns out
 unique index nothing.
 """
 
+from .postgres_depth import room
 from .postgres_terms import DEAD, DONE, NOW, PENDING
 
 # The dedupe index's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
@@ -69,26 +70,69 @@ WITH job AS (
 SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
 """
 
-# enqueue_keyed / enqueue_replace: one job with a dedupe key (the module's docstring has the rule);
-# no row back when the key's holder stays.
-_ENQUEUE_KEYED = f"""
-WITH {_FREE_ONE}, job AS (
-    INSERT INTO jobq_job ({_COLUMNS}) SELECT {_ONE} FROM (SELECT count(*) FROM freed) AS f
-    ON CONFLICT (dedupe_key) WHERE {HELD} {{on_conflict}}
-    RETURNING id, queue
-)
-SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
-"""
-ENQUEUE_KEYED = _ENQUEUE_KEYED.format(on_conflict=_SKIP)
-ENQUEUE_REPLACE = _ENQUEUE_KEYED.format(on_conflict=_REPLACE)
+
+# The room a keyed enqueue needs under MAX_DEPTH: none when the key has a live holder (the call is a
+# duplicate, answered as such: skipped, or the PENDING holder replaced, which adds no job), else room
+# for one more job.
+_KEYED_ROOM = f"""room AS (SELECT CASE
+    WHEN EXISTS (SELECT 1 FROM jobq_job AS l WHERE l.dedupe_key = %(dedupe_key)s AND NOT l.key_released
+                 AND NOT ({window_over("l")})) THEN true
+    ELSE {room("%(queue)s", "1", "%(max_depth)s::bigint")} END AS ok)"""
+_ROOM = f"room AS (SELECT {room('%(queue)s', '1', '%(max_depth)s::bigint')} AS ok)"
+
+
+def _enqueue(*, keyed: bool, on_conflict: str = _SKIP, gated: bool = False) -> str:
+    """One job, with a dedupe key (the module's docstring has the rule) and/or under the queue's
+    MAX_DEPTH %(max_depth)s (``gated``: postgres_depth). Ungated: a row (id) when inserted or
+    replaced, none when the key's holder stays. Gated: always one row (room, id), id NULL when
+    nothing was inserted, room false when the queue was full (and nothing was written)."""
+    ctes = [_KEYED_ROOM if keyed else _ROOM] if gated else []
+    if keyed:  # a full queue frees no key either: nothing is written
+        ctes.append(
+            _FREE_ONE.replace("RETURNING", "AND (SELECT ok FROM room)\n    RETURNING") if gated else _FREE_ONE
+        )
+    source = f"SELECT {_ONE} FROM (SELECT count(*) FROM freed) AS f" if keyed else f"SELECT {_ONE}"
+    if gated:
+        source += ", room WHERE room.ok" if keyed else " FROM room WHERE room.ok"
+    conflict = f"ON CONFLICT (dedupe_key) WHERE {HELD} {on_conflict}" if keyed else ""
+    ctes.append(
+        f"job AS (\n    INSERT INTO jobq_job ({_COLUMNS}) {source}\n    {conflict}\n    RETURNING id, queue\n)"
+    )
+    notify = "CASE WHEN %(notify)s THEN pg_notify(%(channel)s, job.queue) END"
+    if gated:
+        select = f"SELECT room.ok, job.id, {notify} FROM room LEFT JOIN job ON true"
+    else:
+        select = f"SELECT job.id, {notify} FROM job"
+    return "WITH " + ",\n".join(ctes) + "\n" + select
+
+
+# enqueue_keyed / enqueue_replace: one job with a dedupe key; the _GATED forms for a queue with a
+# MAX_DEPTH (ENQUEUE_GATED too, without a key).
+ENQUEUE_KEYED = _enqueue(keyed=True)
+ENQUEUE_REPLACE = _enqueue(keyed=True, on_conflict=_REPLACE)
+ENQUEUE_GATED = _enqueue(keyed=False, gated=True)
+ENQUEUE_KEYED_GATED = _enqueue(keyed=True, gated=True)
+ENQUEUE_REPLACE_GATED = _enqueue(keyed=True, on_conflict=_REPLACE, gated=True)
+
 
 # enqueue_or_get: ENQUEUE_KEYED, and when the key's holder stays, that holder: (id, created). The
 # holder is read from the statement's snapshot, leaving out a holder whose window is over (the one
 # "freed" released, or one a concurrent enqueue is releasing); a holder committed after the snapshot
 # is not visible either, and then no row comes back and the caller runs the statement again.
-ENQUEUE_OR_GET = f"""
-WITH {_FREE_ONE}, job AS (
-    INSERT INTO jobq_job ({_COLUMNS}) SELECT {_ONE} FROM (SELECT count(*) FROM freed) AS f
+# ENQUEUE_OR_GET_GATED inserts only when the queue's MAX_DEPTH leaves room; when no row comes back
+# the caller checks the room (DEPTH_FULL) before trying again.
+def _enqueue_or_get(gated: bool) -> str:
+    if gated:
+        room_cte = _KEYED_ROOM + ", "
+        freed, where = (
+            _FREE_ONE.replace("RETURNING", "AND (SELECT ok FROM room)\n    RETURNING"),
+            ", room WHERE room.ok",
+        )
+    else:
+        room_cte, freed, where = "", _FREE_ONE, ""
+    return f"""
+WITH {room_cte}{freed}, job AS (
+    INSERT INTO jobq_job ({_COLUMNS}) SELECT {_ONE} FROM (SELECT count(*) FROM freed) AS f{where}
     ON CONFLICT (dedupe_key) WHERE {HELD} DO NOTHING
     RETURNING id, queue
 ), woken AS (
@@ -100,6 +144,10 @@ SELECT h.id, false FROM jobq_job AS h
 WHERE h.dedupe_key = %(dedupe_key)s AND NOT h.key_released AND NOT ({window_over("h")})
   AND NOT EXISTS (SELECT 1 FROM job)
 """
+
+
+ENQUEUE_OR_GET = _enqueue_or_get(gated=False)
+ENQUEUE_OR_GET_GATED = _enqueue_or_get(gated=True)
 
 # enqueue_many: many jobs from parallel arrays, sent in binary (one round trip, no per-element
 # quoting), one notification per distinct queue. ENQUEUE_MANY is for batches without dedupe keys;
