@@ -35,6 +35,9 @@ class Job(models.Model):
     worker_id = models.TextField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     dedupe_key = models.TextField(null=True, blank=True)
+    concurrency_key = models.TextField(
+        null=True, blank=True, help_text="Jobs of a task with max_running_per_key share a cap per key."
+    )
     dedupe_done = models.DurationField(
         null=True, blank=True, help_text="How long the dedupe key stays taken after DONE."
     )

@@ -35,6 +35,7 @@ class EnqueueOptions:
     dedupe_done: float | dt.timedelta | None = None
     dedupe_dead: float | dt.timedelta | None = None
     on_duplicate: str = "skip"
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +53,8 @@ class Task(Generic[P, R]):
     dedupe_done: float | dt.timedelta | None = None  # None: JOBQ["DEDUPE_DONE_SECONDS"]
     dedupe_dead: float | dt.timedelta | None = None  # None: JOBQ["DEDUPE_DEAD_SECONDS"]
     atomic: bool = False  # run in one transaction with the job's DONE write (database-only tasks)
+    max_running: int | None = None  # this task's jobs RUNNING at once, across every worker
+    max_running_per_key: int | None = None  # ... and per concurrency_key (jobs enqueued with one)
     options: EnqueueOptions = field(default_factory=EnqueueOptions)
 
     @property
@@ -87,6 +90,7 @@ class Task(Generic[P, R]):
             "max_attempts": self.max_attempts if o.max_attempts is None else o.max_attempts,
             "dedupe_done": o.dedupe_done,
             "dedupe_dead": o.dedupe_dead,
+            "concurrency_key": o.concurrency_key,
         }
 
     def enqueue(self, **kwargs: Any) -> int | None:
@@ -152,6 +156,8 @@ def task(
     dedupe_done: float | dt.timedelta | None = None,
     dedupe_dead: float | dt.timedelta | None = None,
     atomic: bool = False,
+    max_running: int | None = None,
+    max_running_per_key: int | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -169,6 +175,8 @@ def task(
     dedupe_done: float | dt.timedelta | None = None,
     dedupe_dead: float | dt.timedelta | None = None,
     atomic: bool = False,
+    max_running: int | None = None,
+    max_running_per_key: int | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register ``func`` as a task: ``@task`` or ``@task(name=..., queue=..., ...)``."""
 
@@ -185,6 +193,11 @@ def task(
                 validation.seconds(window, what)
         if not isinstance(atomic, bool):
             raise ConfigurationError(f"atomic must be True or False, not {atomic!r}")
+        for cap, what in ((max_running, "max_running"), (max_running_per_key, "max_running_per_key")):
+            if cap is not None and (
+                not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= 1_000_000
+            ):
+                raise ConfigurationError(f"{what} must be an integer in [1, 1000000], not {cap!r:.100}")
         if atomic and inspect.iscoroutinefunction(func):
             raise ConfigurationError("atomic=True needs a sync function: Django transactions are per thread")
         new = Task(
@@ -199,6 +212,8 @@ def task(
             dedupe_done=dedupe_done,
             dedupe_dead=dedupe_dead,
             atomic=atomic,
+            max_running=max_running,
+            max_running_per_key=max_running_per_key,
         )
         old = _registry.get(task_name)
         if old is not None and _origin(old.func) != _origin(func):
@@ -268,3 +283,10 @@ def find_task(name: str) -> Task[Any, Any] | None:
 
 def registered_tasks() -> dict[str, Task[Any, Any]]:
     return dict(_registry)
+
+
+def capped_tasks() -> dict[str, Task[Any, Any]]:
+    """The registered tasks with a max_running or max_running_per_key."""
+    return {
+        n: t for n, t in _registry.items() if t.max_running is not None or t.max_running_per_key is not None
+    }

@@ -166,6 +166,14 @@ def dedupe_key(value: Any) -> str | None:
     return str(value)
 
 
+def concurrency_key(value: Any) -> str | None:
+    """A job's concurrency key: the same rules as a dedupe key."""
+    if value is None:
+        return None
+    string(value, "concurrency_key", MAX_DEDUPE_KEY_LENGTH)
+    return str(value)
+
+
 def inbound_namespace(value: Any) -> str:
     """The namespace of an inbound delivery (a provider: "stripe", "slack"): a storable string."""
     return string(value, "namespace", MAX_NAME_LENGTH)

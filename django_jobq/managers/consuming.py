@@ -10,7 +10,8 @@ from django.db import transaction
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
-from .base import BaseJobManager
+from ..tasks import capped_tasks
+from .capping import CapManager
 
 if TYPE_CHECKING:
     from ..models import Job, JobStatus
@@ -22,7 +23,7 @@ def result_json(value: Any) -> str:
     return validation.sized(text, jobq_settings().max_result_bytes, "result", "MAX_RESULT_BYTES")
 
 
-class ConsumerManager(BaseJobManager):
+class ConsumerManager(CapManager):
     def claim(
         self, worker_id: str, *, queues: Sequence[str] | None = None, lease_seconds: float | None = None
     ) -> Job | None:
@@ -120,12 +121,19 @@ class ConsumerManager(BaseJobManager):
         transaction of its own), or for every queue but params["exclude"]."""
         sql = self._sql()
         if params["queue"] is None:
-            return self._run_complete_and_claim(sql.COMPLETE_AND_CLAIM_REST, params)
-        if params["cap"] is None:
-            return self._run_complete_and_claim(sql.COMPLETE_AND_CLAIM, params)
+            statement = sql.COMPLETE_AND_CLAIM_REST
+        else:
+            statement = sql.COMPLETE_AND_CLAIM if params["cap"] is None else sql.COMPLETE_AND_CLAIM_CAPPED
+        trim = bool(capped_tasks()) and params["limit"] > 0
+        if params["cap"] is None and not trim:
+            return self._run_complete_and_claim(statement, params)
         with transaction.atomic(using=self.connection.alias):
-            self._execute(sql.CAP_LOCK, {"queue": params["queue"]})
-            return self._run_complete_and_claim(sql.COMPLETE_AND_CLAIM_CAPPED, params)
+            if params["cap"] is not None:
+                self._execute(sql.CAP_LOCK, {"name": f"queue:{params['queue']}"})
+            completed, jobs = self._run_complete_and_claim(statement, params)
+            if trim:
+                jobs = self._trim_to_task_caps(params["worker_id"], jobs)
+            return completed, jobs
 
     def _run_complete_and_claim(self, statement: str, params: dict[str, Any]) -> tuple[set[int], list[Job]]:
         with self._cursor() as cursor:

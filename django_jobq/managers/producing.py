@@ -27,6 +27,7 @@ class NewJob(NamedTuple):
     max_attempts: int | None = None
     dedupe_done: float | dt.timedelta | None = None
     dedupe_dead: float | dt.timedelta | None = None
+    concurrency_key: str | None = None
 
 
 ON_DUPLICATE = ("skip", "replace", "debounce")
@@ -104,6 +105,7 @@ class ProducerManager(BaseJobManager):
         max_attempts: int | None,
         dedupe_done: float | dt.timedelta | None,
         dedupe_dead: float | dt.timedelta | None,
+        concurrency_key: str | None,
     ) -> dict[str, Any]:
         conf = jobq_settings()
         task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
@@ -115,6 +117,7 @@ class ProducerManager(BaseJobManager):
         params["delay"] = 0.0 if delay is None else validation.seconds(delay, "delay")
         params["dedupe_key"] = key = validation.dedupe_key(dedupe_key)
         params["dedupe_done"], params["dedupe_dead"] = self._windows(task, key, dedupe_done, dedupe_dead)
+        params["concurrency_key"] = validation.concurrency_key(concurrency_key)
         params["notify"], params["channel"] = conf.notify, conf.notify_channel
         return params
 
@@ -132,6 +135,7 @@ class ProducerManager(BaseJobManager):
         dedupe_done: float | dt.timedelta | None = None,
         dedupe_dead: float | dt.timedelta | None = None,
         on_duplicate: str = "skip",
+        concurrency_key: str | None = None,
     ) -> int | None:
         """Insert a job in the caller's transaction; its id, or None when the dedupe key is taken
         (by an active job, or a finished one inside its window) and the mode leaves that job alone.
@@ -145,6 +149,7 @@ class ProducerManager(BaseJobManager):
         params = self._enqueue_params(
             task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
+            concurrency_key=concurrency_key,
         )  # fmt: skip
         mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
         sql, keyed = self._sql(), params["dedupe_key"] is not None
@@ -201,6 +206,7 @@ class ProducerManager(BaseJobManager):
         max_attempts: int | None = None,
         dedupe_done: float | dt.timedelta | None = None,
         dedupe_dead: float | dt.timedelta | None = None,
+        concurrency_key: str | None = None,
     ) -> tuple[int, bool]:
         """(job id, created): the job holding ``dedupe_key`` (active, or finished inside its window, a
         cache hit), or a new one this call inserted. One statement decides; see enqueue."""
@@ -209,6 +215,7 @@ class ProducerManager(BaseJobManager):
         params = self._enqueue_params(
             task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
+            concurrency_key=concurrency_key,
         )  # fmt: skip
         params["max_depth"] = jobq_settings().depth_limits().get(params["queue"])
         sql = self._sql()
@@ -248,6 +255,7 @@ class ProducerManager(BaseJobManager):
                     None if job.run_at is None else validation.aware(job.run_at, "run_at"),
                     key := validation.dedupe_key(job.dedupe_key),
                     *self._windows(job.task, key, job.dedupe_done, job.dedupe_dead),
+                    validation.concurrency_key(job.concurrency_key),
                 )
             except InvalidJob as exc:
                 raise type(exc)(f"job {index}: {exc}") from None
@@ -261,7 +269,7 @@ class ProducerManager(BaseJobManager):
         self._check_room(Counter(row[1] for row in rows))
         names = (
             "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
-            "dedupe_dones", "dedupe_deads",
+            "dedupe_dones", "dedupe_deads", "concurrency_keys",
         )  # fmt: skip
         params: dict[str, Any] = dict(
             zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)

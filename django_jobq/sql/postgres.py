@@ -102,7 +102,8 @@ def _append_error(alias: str, entry: str) -> str:
 # RETURNING names the columns a worker needs, never the error history or an old result.
 CLAIMED_COLUMNS = (
     "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
-    "fence", "releases", "worker_id", "lease_until", "dedupe_key", "created_at", "started_at",
+    "fence", "releases", "worker_id", "lease_until", "dedupe_key", "concurrency_key", "created_at",
+    "started_at",
 )  # fmt: skip
 _TAKE = f"""UPDATE jobq_job AS j
 SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1, fence = j.fence + 1,
@@ -368,12 +369,14 @@ COMPLETE_AND_CLAIM_REST = _COMPLETE_AND_CLAIM.format(pick=_PICK_REST)
 # the same transaction (postgres_pick's _PICK_CAPPED).
 COMPLETE_AND_CLAIM_CAPPED = _COMPLETE_AND_CLAIM.format(pick=_PICK_CAPPED)
 
-# cap_lock: serialise the claims of one capped queue across every worker, until this transaction
-# ends (a transaction-level advisory lock: released at commit or rollback, so it holds behind any
-# pooler, and no session can keep it by accident). The claim that follows counts the queue's RUNNING
-# jobs with a snapshot taken after the lock was granted, so two claimers never both see a free slot.
+# cap_lock: serialise the claims of one capped queue ("queue:NAME") or task ("task:NAME") across
+# every worker, until this transaction ends (a transaction-level advisory lock: released at commit or
+# rollback, so it holds behind any pooler, and no session can keep it by accident). The statement
+# that follows counts RUNNING jobs with a snapshot taken after the lock was granted, so two claimers
+# never both see a free slot. Every claimer takes its queue's lock before any task's, and task locks
+# in name order, so no two claimers ever wait for each other in a cycle.
 CAP_LOCK = """
-SELECT pg_advisory_xact_lock(hashtextextended('jobq.cap:' || %(queue)s, 0))
+SELECT pg_advisory_xact_lock(hashtextextended('jobq.cap:' || %(name)s, 0))
 """
 
 # wait_mark: a wait_for() caller asks for a completion NOTIFY from this job's finishing statement. The
@@ -388,4 +391,26 @@ RETURNING id
 # job_row: a job's every column, or no row. Read-only.
 JOB_ROW = """
 SELECT * FROM jobq_job WHERE id = %(id)s
+"""
+
+# running_by_task: RUNNING jobs per (task, concurrency_key) of the given tasks, the caller's own
+# uncommitted claims included (run after the tasks' CAP_LOCKs, so the snapshot also holds every claim
+# the previous lock holders committed). RUNNING jobs are few (at most the slots of every worker), and
+# the lease index holds exactly them. Read-only.
+RUNNING_BY_TASK = f"""
+SELECT task, concurrency_key, count(*) FROM jobq_job
+WHERE status = {RUNNING} AND task = ANY(%(tasks)s::text[])
+GROUP BY task, concurrency_key
+"""
+
+# snooze: give owned runs back to PENDING without using up an attempt (the claim had counted it),
+# due again after %(delays)s seconds each: a job over a task's cap, or without a rate-limit permit.
+# The fence stays raised (the next claim raises it again), so the run is over for good.
+SNOOZE = f"""
+UPDATE jobq_job AS j
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1,
+    run_at = {NOW} + make_interval(secs => d.delay)
+FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(delays)s::float8[]) AS d(id, fence, delay)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
+RETURNING j.id
 """

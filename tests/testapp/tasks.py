@@ -216,3 +216,13 @@ def atomic_record(context, then: str = "return"):
 
         take_over(context.job_id)
     return {"fence": context.fence}
+
+
+@django_jobq.task(name="test.capped", max_running=2)
+def capped(seconds: float = 0.02):
+    time.sleep(seconds)
+
+
+@django_jobq.task(name="test.capped_per_key", max_running_per_key=1)
+def capped_per_key(seconds: float = 0.02):
+    time.sleep(seconds)
