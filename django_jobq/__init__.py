@@ -10,6 +10,7 @@ from .exceptions import (
     PayloadMismatch,
     PayloadTooLarge,
     PermanentError,
+    RateLimitUnavailable,
     UnknownTask,
 )
 from .tasks import Task, task
@@ -25,6 +26,7 @@ __all__ = [
     "PayloadMismatch",
     "PayloadTooLarge",
     "PermanentError",
+    "RateLimitUnavailable",
     "RetryPolicy",
     "Task",
     "UnknownTask",
