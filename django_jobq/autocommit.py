@@ -83,10 +83,16 @@ class Pool:
 
     def _connect(self) -> Connection:
         if connections[self.alias].vendor != "postgresql":
-            raise ConfigurationError(f"database {self.alias!r} is not PostgreSQL: rate limits need it")
+            raise ConfigurationError(
+                f"database {self.alias!r} is {connections[self.alias].vendor}, not PostgreSQL"
+            )
         conf = jobq_settings()
         params = {"application_name": "jobq-autocommit", **connection_params(self.alias)}
         params.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        # Django turns prepared statements off (None); these few statements are prepared on the server
+        # (execute(prepare=True)) unless JOBQ["PREPARED_STATEMENTS"] is off: planning costs more than
+        # running them.
+        params["prepare_threshold"] = 5 if conf.prepared_statements else None
         conn = psycopg.connect(**params, autocommit=True)
         try:
             timeouts = {

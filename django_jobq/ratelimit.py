@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
 import time
 from typing import Any
@@ -39,8 +38,7 @@ MIN_PAUSE = 0.001  # shortest sleep between attempts of a waiting acquire
 class _Limiter:
     """What both primitives share: the key, the failure policy, and the acquire loop."""
 
-    _acquire_sql: str
-    _next_sql: str
+    _sql: str  # the acquire statement: one row (granted, seconds until the next permits)
     _most: int  # the most permits one acquire may ask for
 
     def __init__(self, key: Any, *, fail_open: bool, using: str | None) -> None:
@@ -57,9 +55,8 @@ class _Limiter:
         come later than that."""
         n, wait = self._request(n, wait)
         deadline = time.monotonic() + wait
-        while (delay := self._attempt(n, wait > 0)) is not None:
-            pause = _pause(delay, deadline)
-            if pause is None:
+        while (delay := self._attempt(n)) is not None:
+            if (pause := _pause(delay, deadline)) is None:
                 return False
             time.sleep(pause)
         return True
@@ -69,9 +66,8 @@ class _Limiter:
         n, wait = self._request(n, wait)
         deadline = time.monotonic() + wait
         attempt = sync_to_async(self._attempt, thread_sensitive=False)
-        while (delay := await attempt(n, wait > 0)) is not None:
-            pause = _pause(delay, deadline)
-            if pause is None:
+        while (delay := await attempt(n)) is not None:
+            if (pause := _pause(delay, deadline)) is None:
                 return False
             await asyncio.sleep(pause)
         return True
@@ -82,29 +78,27 @@ class _Limiter:
     def _params(self, n: int) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _attempt(self, n: int, want_delay: bool) -> float | None:
-        """None when granted; otherwise seconds until the next permits (inf unless ``want_delay``)."""
+    def _attempt(self, n: int) -> float | None:
+        """None when granted; otherwise the seconds until the permits may come (0: try again now)."""
         params = self._params(n)
         params["now"] = timezone.now() if jobq_settings().clock == "python" else None
         prepare = jobq_settings().prepared_statements
         try:
             with autocommit.pool(self.using or jobq_settings().database).connection() as conn:
-                if conn.execute(self._acquire_sql, params, prepare=prepare).fetchone():
-                    return None
-                if not want_delay:
-                    return math.inf
-                row = conn.execute(self._next_sql, params, prepare=prepare).fetchone()
-                return float(row[0]) if row else 0.0
+                granted, delay = conn.execute(self._sql, params, prepare=prepare).fetchone() or (False, 0)
         except psycopg.OperationalError as exc:
             if not self.fail_open:
                 raise RateLimitUnavailable(f"rate limit {self.key!r}: database unavailable: {exc}") from exc
             logger.warning("rate limit %r: database unavailable (%s); fail_open: passed", self.key, exc)
             return None
+        return None if granted else float(delay)
 
 
 def _pause(delay: float, deadline: float) -> float | None:
-    """How long to sleep before the next attempt; None if the next permit comes after the deadline."""
-    if delay > deadline - time.monotonic():
+    """How long to sleep before the next attempt; None once the deadline passed, or if the next
+    permit comes after it."""
+    left = deadline - time.monotonic()
+    if left <= 0 or delay > left:
         return None
     return max(delay, MIN_PAUSE)
 
@@ -113,7 +107,7 @@ class TokenBucket(_Limiter):
     """``rate`` tokens every ``per`` seconds, at most ``burst`` held; a new bucket starts full. Over any
     interval of t seconds a key grants at most ``burst + rate * t / per`` permits."""
 
-    _acquire_sql, _next_sql = sql.BUCKET_ACQUIRE, sql.BUCKET_NEXT
+    _sql = sql.BUCKET_ACQUIRE
 
     def __init__(
         self,
@@ -143,7 +137,7 @@ class SlidingWindow(_Limiter):
     """At most ``limit`` permits in any ``window`` seconds (a true sliding window: the log of the live
     permits' times, kept in the key's row)."""
 
-    _acquire_sql, _next_sql = sql.WINDOW_ACQUIRE, sql.WINDOW_NEXT
+    _sql = sql.WINDOW_ACQUIRE
 
     def __init__(
         self, key: str, limit: int, window: float, *, fail_open: bool = False, using: str | None = None

@@ -154,6 +154,23 @@ def test_a_sliding_window_slides_permit_by_permit_unlike_a_fixed_window(python_c
         assert [window.acquire(), window.acquire()] == [True, False]
 
 
+def test_a_key_s_time_never_goes_back_for_a_statement_with_an_earlier_clock_reading(python_clock):
+    """now() is a statement's start: one that waited for the row lock may run after a competitor that
+    started later. Its permit counts at the key's latest time, so it cannot free room early."""
+    with time_machine.travel(T0, tick=False) as clock:
+        bucket = TokenBucket(fresh("clock"), rate=1, per=10, burst=2)
+        window = SlidingWindow(fresh("clock"), limit=2, window=10)
+        clock.shift(10)
+        assert bucket.acquire() and window.acquire()  # t=10
+        clock.shift(-5)
+        assert bucket.acquire() and window.acquire()  # a statement that read t=5, run after the above
+        clock.shift(10.5)
+        # t=15.5: counted from t=5, the bucket would have refilled a token and the window dropped one.
+        assert [bucket.acquire(), window.acquire()] == [False, False]
+        clock.shift(4.5)
+        assert [bucket.acquire(), window.acquire(2)] == [True, True]  # t=20
+
+
 # -- durability ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["bucket", "window"])
 def test_a_new_process_continues_where_another_one_left_off(kind):
@@ -243,7 +260,7 @@ def test_a_key_locked_past_lock_timeout_is_unavailable(settings):
 
 def test_programming_errors_are_not_mistaken_for_an_unreachable_database(monkeypatch):
     bucket = TokenBucket(fresh("broken-sql"), 1, SLOW, 1, fail_open=True)
-    monkeypatch.setattr(TokenBucket, "_acquire_sql", "SELECT * FROM jobq_rate_no_such_table")
+    monkeypatch.setattr(TokenBucket, "_sql", "SELECT * FROM jobq_rate_no_such_table")
     with pytest.raises(psycopg.errors.UndefinedTable):
         bucket.acquire()
 
