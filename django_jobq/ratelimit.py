@@ -32,13 +32,12 @@ MAX_KEY_LENGTH = 500  # characters; at most 2,000 bytes of UTF-8, well inside a 
 MAX_COUNT = 1_000_000_000  # rate, burst
 MAX_WINDOW_LIMIT = 10_000  # a window's log holds one stamp per live permit, rewritten by every grant
 MIN_SECONDS = 0.001  # per, window: the clock counts microseconds
-MIN_PAUSE = 0.001  # shortest sleep between attempts of a waiting acquire
 
 
 class _Limiter:
     """What both primitives share: the key, the failure policy, and the acquire loop."""
 
-    _sql: str  # the acquire statement: one row (granted, seconds until the next permits)
+    _sql: str  # the acquire statement: a row (seconds until the permits are there) if granted
     _most: int  # the most permits one acquire may ask for
 
     def __init__(self, key: Any, *, fail_open: bool, using: str | None) -> None:
@@ -50,26 +49,26 @@ class _Limiter:
         self.fail_open, self.using = fail_open, using
 
     def acquire(self, n: int = 1, *, wait: float = 0) -> bool:
-        """Take ``n`` permits; True if taken. With ``wait``, sleep until the database says the next
-        permits come (never longer than ``wait`` seconds in all) and try again; False if they would
-        come later than that."""
+        """Take ``n`` permits; True if taken. With ``wait``, permits that come within ``wait`` seconds
+        are reserved, and acquire sleeps until they are there (once: the database says how long);
+        False at once if they would come later than that. A reservation is spent even if the caller
+        is interrupted while it sleeps."""
         n, wait = self._request(n, wait)
-        deadline = time.monotonic() + wait
-        while (delay := self._attempt(n)) is not None:
-            if (pause := _pause(delay, deadline)) is None:
-                return False
-            time.sleep(pause)
+        delay = self._reserve(n, wait)
+        if delay is None:
+            return False
+        if delay > 0:
+            time.sleep(delay)
         return True
 
     async def aacquire(self, n: int = 1, *, wait: float = 0) -> bool:
-        """acquire for async code: each attempt in a worker thread, asyncio.sleep between them."""
+        """acquire for async code: the statement in a worker thread, then asyncio.sleep."""
         n, wait = self._request(n, wait)
-        deadline = time.monotonic() + wait
-        attempt = sync_to_async(self._attempt, thread_sensitive=False)
-        while (delay := await attempt(n)) is not None:
-            if (pause := _pause(delay, deadline)) is None:
-                return False
-            await asyncio.sleep(pause)
+        delay = await sync_to_async(self._reserve, thread_sensitive=False)(n, wait)
+        if delay is None:
+            return False
+        if delay > 0:
+            await asyncio.sleep(delay)
         return True
 
     def _request(self, n: Any, wait: Any) -> tuple[int, float]:
@@ -78,29 +77,21 @@ class _Limiter:
     def _params(self, n: int) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _attempt(self, n: int) -> float | None:
-        """None when granted; otherwise the seconds until the permits may come (0: try again now)."""
+    def _reserve(self, n: int, ahead: float) -> float | None:
+        """Seconds until the ``n`` permits granted are there (0: now), or None when refused."""
         params = self._params(n)
+        params["ahead"] = ahead
         params["now"] = timezone.now() if jobq_settings().clock == "python" else None
         prepare = jobq_settings().prepared_statements
         try:
             with autocommit.pool(self.using or jobq_settings().database).connection() as conn:
-                granted, delay = conn.execute(self._sql, params, prepare=prepare).fetchone() or (False, 0)
+                row = conn.execute(self._sql, params, prepare=prepare).fetchone()
         except psycopg.OperationalError as exc:
             if not self.fail_open:
                 raise RateLimitUnavailable(f"rate limit {self.key!r}: database unavailable: {exc}") from exc
             logger.warning("rate limit %r: database unavailable (%s); fail_open: passed", self.key, exc)
-            return None
-        return None if granted else float(delay)
-
-
-def _pause(delay: float, deadline: float) -> float | None:
-    """How long to sleep before the next attempt; None once the deadline passed, or if the next
-    permit comes after it."""
-    left = deadline - time.monotonic()
-    if left <= 0 or delay > left:
-        return None
-    return max(delay, MIN_PAUSE)
+            return 0.0
+        return None if row is None else float(row[0])
 
 
 class TokenBucket(_Limiter):
@@ -165,7 +156,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_rate(text: Any) -> tuple[int, float]:
-    """``"COUNT/UNIT"`` or ``"COUNT/NUMBER UNIT"`` (no space) -> (count, seconds): "10/s" (10, 1.0),
+    """``"COUNT/UNIT"`` or ``"COUNT/NUMBERUNIT"`` -> (count, seconds): "10/s" (10, 1.0),
     "100/m" (100, 60.0), "5/h", "1000/d", "3/10s" (3, 10.0), "1/1.5m" (1, 90.0). Units s, m, h, d."""
     match = _RATE.fullmatch(text) if isinstance(text, str) and len(text) <= 30 else None
     if match is None:

@@ -154,21 +154,21 @@ def test_a_sliding_window_slides_permit_by_permit_unlike_a_fixed_window(python_c
         assert [window.acquire(), window.acquire()] == [True, False]
 
 
-def test_a_key_s_time_never_goes_back_for_a_statement_with_an_earlier_clock_reading(python_clock):
-    """now() is a statement's start: one that waited for the row lock may run after a competitor that
-    started later. Its permit counts at the key's latest time, so it cannot free room early."""
+def test_a_clock_stepped_back_never_frees_room_early(python_clock):
+    """A key's time never goes back: its permits count at the later of the clock and its last time."""
     with time_machine.travel(T0, tick=False) as clock:
         bucket = TokenBucket(fresh("clock"), rate=1, per=10, burst=2)
         window = SlidingWindow(fresh("clock"), limit=2, window=10)
         clock.shift(10)
         assert bucket.acquire() and window.acquire()  # t=10
-        clock.shift(-5)
-        assert bucket.acquire() and window.acquire()  # a statement that read t=5, run after the above
+        clock.shift(-5)  # t=5: the bucket counts from t=10 (no refill); the window's next stamp is t=10
+        assert [bucket.acquire(), window.acquire()] == [True, False]
         clock.shift(10.5)
-        # t=15.5: counted from t=5, the bucket would have refilled a token and the window dropped one.
-        assert [bucket.acquire(), window.acquire()] == [False, False]
+        # t=15.5: counted from t=5, the bucket would have refilled a token.
+        assert [bucket.acquire(), window.acquire()] == [False, True]
         clock.shift(4.5)
-        assert [bucket.acquire(), window.acquire(2)] == [True, True]  # t=20
+        assert [bucket.acquire(), bucket.acquire()] == [True, False]  # t=20: one token since t=10
+        assert [window.acquire(), window.acquire()] == [True, False]  # the stamp of t=10 left
 
 
 # -- durability ---------------------------------------------------------------------------------------
@@ -266,28 +266,79 @@ def test_programming_errors_are_not_mistaken_for_an_unreachable_database(monkeyp
 
 
 # -- waiting --------------------------------------------------------------------------------------------
-def test_acquire_with_wait_sleeps_until_the_next_permit_the_database_computes(monkeypatch):
-    sleeps: list[float] = []
+@pytest.fixture
+def sleeps(monkeypatch):
+    """The durations acquire(wait=...) sleeps, slept for real."""
+    slept: list[float] = []
     real_sleep = ratelimit.time.sleep
-    monkeypatch.setattr(ratelimit.time, "sleep", lambda s: (sleeps.append(s), real_sleep(s)))
+    monkeypatch.setattr(ratelimit.time, "sleep", lambda s: (slept.append(s), real_sleep(s)))
+    return slept
+
+
+def test_acquire_with_wait_returns_true_after_one_sleep_until_the_refill(sleeps):
     bucket = TokenBucket(fresh("wait"), rate=20, per=1, burst=1)
-    assert bucket.acquire() is True
-    assert bucket.acquire() is False
+    assert [bucket.acquire(), bucket.acquire()] == [True, False]
     assert bucket.acquire(wait=0.5) is True
-    assert sleeps and all(ratelimit.MIN_PAUSE <= s <= 1 / 20 for s in sleeps)  # no busy loop
-    sleeps.clear()
+    assert len(sleeps) == 1 and 0 < sleeps[0] <= 1 / 20  # as long as the database said, once
     window = SlidingWindow(fresh("wait"), limit=2, window=0.1)
     assert [window.acquire(2), window.acquire(wait=0.5)] == [True, True]
-    assert sleeps and all(ratelimit.MIN_PAUSE <= s <= 0.1 for s in sleeps)
+    assert len(sleeps) == 2 and 0 < sleeps[1] <= 0.1
 
 
-def test_acquire_with_wait_gives_up_at_once_when_the_next_permit_comes_too_late(monkeypatch):
-    monkeypatch.setattr(ratelimit.time, "sleep", lambda s: pytest.fail(f"slept {s}s"))
+def test_acquire_with_wait_gives_up_at_once_when_the_permit_comes_too_late(sleeps):
     bucket = TokenBucket(fresh("late"), rate=1, per=SLOW, burst=1)
-    assert bucket.acquire() is True
-    assert bucket.acquire(wait=0.3) is False
+    assert [bucket.acquire(), bucket.acquire(wait=0.3)] == [True, False]
     window = SlidingWindow(fresh("late"), limit=1, window=SLOW)
     assert [window.acquire(), window.acquire(wait=dt.timedelta(seconds=0.3))] == [True, False]
+    assert sleeps == []
+
+
+def test_waiting_callers_reserve_permits_in_turn_and_others_cannot_take_them(python_clock, monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(ratelimit.time, "sleep", slept.append)  # the clock stands still: no real sleep
+    with time_machine.travel(T0, tick=False) as clock:
+        bucket = TokenBucket(fresh("reserve"), rate=1, per=10, burst=1)
+        window = SlidingWindow(fresh("reserve"), limit=2, window=10)
+        assert bucket.acquire() and window.acquire(2)  # t=0: both empty
+        assert [bucket.acquire(wait=25), bucket.acquire(wait=25), bucket.acquire(wait=25)] == [
+            True,
+            True,
+            False,
+        ]
+        assert [window.acquire(wait=15), window.acquire(wait=15), window.acquire(wait=15)] == [
+            True,
+            True,
+            False,
+        ]
+        assert slept == [10.0, 20.0, 10.0, 10.0]  # the bucket's t=10 and t=20, the window's t=10 twice
+        clock.shift(15)
+        assert [bucket.acquire(), window.acquire()] == [False, False]  # t=15: spent by the reservations
+        clock.shift(15)
+        assert [bucket.acquire(), bucket.acquire()] == [True, False]  # t=30
+        assert [window.acquire(2), window.acquire()] == [True, False]  # t=30: those of t=10 left
+
+
+def test_many_waiting_threads_each_make_one_statement_and_all_get_a_permit(monkeypatch):
+    monkeypatch.setattr(autocommit, "POOL_SIZE", 16)
+    bucket = TokenBucket(fresh("herd"), rate=50, per=1, burst=1)  # 10 permits take 0.2 s to come
+    statements: list[int] = []
+    reserve = bucket._reserve
+    monkeypatch.setattr(bucket, "_reserve", lambda n, ahead: (statements.append(n), reserve(n, ahead))[1])
+    barrier = threading.Barrier(10)
+    granted: list[bool] = []
+
+    def call() -> None:
+        barrier.wait()
+        granted.append(bucket.acquire(wait=5))
+
+    threads = [threading.Thread(target=call) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert granted == [True] * 10
+    assert len(statements) == 10  # no polling: a waiter sleeps once, until its reserved permit
+    assert bucket.acquire() is False  # and nothing was left over
 
 
 def test_aacquire_takes_permits_and_waits_without_blocking_the_event_loop():
