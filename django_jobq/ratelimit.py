@@ -44,9 +44,7 @@ class _Limiter:
         self.key = validation.string(key, "key", MAX_KEY_LENGTH)
         if not isinstance(fail_open, bool):
             raise InvalidJob(f"fail_open must be True or False, not {fail_open!r}")
-        if using is not None and (not isinstance(using, str) or using not in settings.DATABASES):
-            raise ConfigurationError(f"using must name a database of settings.DATABASES, not {using!r}")
-        self.fail_open, self.using = fail_open, using
+        self.fail_open, self.using = fail_open, _alias(using)
 
     def acquire(self, n: int = 1, *, wait: float = 0) -> bool:
         """Take ``n`` permits; True if taken. With ``wait``, permits that come within ``wait`` seconds
@@ -144,6 +142,13 @@ class SlidingWindow(_Limiter):
         return f"SlidingWindow({self.key!r}, limit={self.limit}, window={self.window:g})"
 
 
+def _alias(using: Any) -> str | None:
+    """A database alias, or None for JOBQ["DATABASE"] (read at each call, not at import)."""
+    if using is not None and (not isinstance(using, str) or using not in settings.DATABASES):
+        raise ConfigurationError(f"using must name a database of settings.DATABASES, not {using!r}")
+    return using
+
+
 def _duration(value: Any, what: str) -> float:
     seconds = validation.seconds(value, what)
     if seconds < MIN_SECONDS:
@@ -179,7 +184,7 @@ def prune(*, using: str | None = None, batch: int = 5000) -> int:
     """Delete the rows of keys at rest (full buckets, windows with no live permit); how many went.
     Safe at any time: a pruned key behaves as it would have with its row."""
     batch = validation.integer(batch, "batch", 1, 1_000_000)
-    alias = using or jobq_settings().database
+    alias = _alias(using) or jobq_settings().database
     now = timezone.now() if jobq_settings().clock == "python" else None
     deleted = 0
     with autocommit.pool(alias).connection() as conn:
