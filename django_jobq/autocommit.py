@@ -58,7 +58,7 @@ class Pool:
             while not self.idle and self.opened >= POOL_SIZE:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.ready.wait(left):
-                    raise PoolTimeout(f"all {POOL_SIZE} rate-limit connections stayed busy")
+                    raise PoolTimeout(f"all {POOL_SIZE} of django-jobq's autocommit connections stayed busy")
             if self.idle:
                 return self.idle.pop()
             self.opened += 1
