@@ -157,6 +157,14 @@ def ceiling(system: System, p: dict[str, Any]) -> dict[str, Any]:
     return {**_rate(p["jobs"], elapsed), "layout": f"{p['processes']} processes, batch {p['batch']}"}
 
 
+def rate_limit(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """RL: django-jobq's TokenBucket/SlidingWindow.acquire() calls per second (no workers)."""
+    assert isinstance(system, Jobq)
+    system.reset()
+    system.open()
+    return system.acquire_rate(p["limiter"], p["threads"], p["keys"], p["seconds"])
+
+
 OPS = {
     "install": install,
     "enqueue_single": enqueue_single,
@@ -164,6 +172,7 @@ OPS = {
     "drain": drain,
     "latency": latency,
     "ceiling": ceiling,
+    "rate_limit": rate_limit,
 }
 
 

@@ -303,7 +303,7 @@ def _brief(outcome: dict[str, Any]) -> str:
         return f"ERROR {outcome['error']}"
     if "rate" in outcome:
         partial = " (time limit)" if outcome.get("partial") else ""
-        return f"{outcome['rate']:,.0f} jobs/s{partial}"
+        return f"{outcome['rate']:,.0f} {outcome.get('unit', 'jobs/s')}{partial}"
     return f"p50 {outcome['p50']:.1f} / p95 {outcome['p95']:.1f} / p99 {outcome['p99']:.1f} ms"
 
 

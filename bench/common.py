@@ -115,6 +115,8 @@ class Sizes:
     sleep_seconds: float = 0.050  # W6
     sleep_concurrency: int = 16  # W6
     latency_concurrency: int = 4  # W3
+    rl_threads: int = 8  # RL: threads calling acquire()
+    rl_seconds: float = 3.0  # RL: how long each measurement calls
     deadline: float = 8.0  # seconds a throughput measurement may take at most
 
 
@@ -129,6 +131,7 @@ QUICK = Sizes(
     backlog_jobs=2_000,
     sleep_jobs=64,
     deadline=5.0,
+    rl_seconds=0.5,
 )
 
 

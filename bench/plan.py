@@ -130,7 +130,25 @@ def workloads(s: Sizes) -> list[Workload]:
             skip_reason="measures django-jobq's own table growth",
         ),
     ]
+    for key, limiter, threads, keys, what in [
+        ("RL c1", "grant", 1, "one", "TokenBucket.acquire, every call granted, 1 thread"),
+        ("RL c8", "grant", s.rl_threads, "one", f"the same, {s.rl_threads} threads on one key"),
+        ("RL c8 keys", "grant", s.rl_threads, "each", f"the same, {s.rl_threads} threads, a key each"),
+        ("RL refused c1", "refuse", 1, "one", "TokenBucket.acquire, every call refused, 1 thread"),
+        ("RL window c1", "window", 1, "one", "SlidingWindow(10,000 per 1 s).acquire, granted, 1 thread"),
+    ]:
+        out.append(
+            Workload(
+                key=key.replace("c8", f"c{s.rl_threads}"),
+                group="RL",
+                title=f"{what}, for {s.rl_seconds:g} s, calls/s",
+                op="rate_limit",
+                params={"limiter": limiter, "threads": threads, "keys": keys, "seconds": s.rl_seconds},
+                applies=lambda cls: cls.name == "jobq",
+                skip_reason="measures django-jobq's own rate-limit primitive",
+            )
+        )
     return out
 
 
-GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6")
+GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6", "RL")

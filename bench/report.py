@@ -31,7 +31,7 @@ def rows(plan: list[Workload]) -> list[Row]:
         if w.op == "latency":
             out += [Row(f"{w.key} {q}", w.key, q, "ms") for q in ("p50", "p95", "p99")]
         elif w.op != "install":
-            out.append(Row(w.key, w.key, "rate", "jobs/s"))
+            out.append(Row(w.key, w.key, "rate", "calls/s" if w.op == "rate_limit" else "jobs/s"))
     return out
 
 
@@ -102,6 +102,9 @@ def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, fl
     if w.startswith("W5"):
         value = _median(results, "W2 c4", JOBQ)
         return ("django-jobq W2 c4", value) if value else None
+    if w.startswith("RL c") and w != "RL c1":
+        value = _median(results, "RL c1", JOBQ)
+        return ("django-jobq RL c1", value) if value else None
     if w.startswith("W6"):
         return (
             f"ideal {sizes.sleep_concurrency}/{sizes.sleep_seconds:g} s",

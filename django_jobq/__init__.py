@@ -12,6 +12,7 @@ from .exceptions import (
     PayloadTooLarge,
     PermanentError,
     QueueFull,
+    RateLimitUnavailable,
     UnknownTask,
     WaitTimeout,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentError",
     "QueueFull",
+    "RateLimitUnavailable",
     "RetryPolicy",
     "Task",
     "UnknownTask",

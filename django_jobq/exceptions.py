@@ -38,6 +38,10 @@ class JobTimeout(JobqError):
     """A job ran past its timeout; it is failed like any transient error."""
 
 
+class RateLimitUnavailable(JobqError):
+    """The rate-limit store (the database) could not be reached, so no permit was decided."""
+
+
 class ConfigurationError(JobqError, ImproperlyConfigured):
     """The JOBQ setting or a command option is invalid."""
 

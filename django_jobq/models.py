@@ -191,3 +191,34 @@ class QueueState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class RateBucket(models.Model):
+    """A token bucket's state per key (django_jobq.ratelimit.TokenBucket). The bucket's size and refill
+    rate are not stored: every acquire brings its own, so a changed limit applies at once."""
+
+    key = models.TextField(primary_key=True)
+    tokens = models.FloatField(help_text="tokens left at updated_at")
+    updated_at = models.DateTimeField(help_text="when tokens was computed (the database clock)")
+    idle_at = models.DateTimeField(help_text="when the bucket is full again (prunable)")
+
+    class Meta:
+        db_table = "jobq_rate_bucket"
+
+    def __str__(self) -> str:
+        return f"token bucket {self.key}"
+
+
+class RateWindow(models.Model):
+    """A sliding window's log per key (django_jobq.ratelimit.SlidingWindow): the times of the permits
+    granted within the last window, as epoch microseconds on the database clock."""
+
+    key = models.TextField(primary_key=True)
+    stamps = models.JSONField(default=list, help_text="epoch microseconds of the live permits")
+    idle_at = models.DateTimeField(help_text="when the newest permit leaves the window (prunable)")
+
+    class Meta:
+        db_table = "jobq_rate_window"
+
+    def __str__(self) -> str:
+        return f"sliding window {self.key}"

@@ -86,3 +86,57 @@ class Jobq(DjangoSystem):
     def finished(self, conn: Any) -> int:
         """Jobs that have finished (the partial finished_at index; cheap while the history is empty)."""
         return int(conn.execute("SELECT count(*) FROM jobq_job WHERE finished_at IS NOT NULL").fetchone()[0])
+
+    # -- RL: the rate-limit primitive --------------------------------------------------------------
+    def acquire_rate(self, limiter: str, threads: int, keys: str, seconds: float) -> dict[str, Any]:
+        """acquire() calls per second from ``threads`` threads for ``seconds``, on one key or a key per
+        thread. "grant": a TokenBucket that never runs dry (every call takes a token: a row write and a
+        commit); "refuse": an empty one (every call refused: a read, nothing written); "window": a
+        SlidingWindow of 1,000 per second that never fills, so its log holds the last second's permits."""
+        import threading
+        import time
+        import uuid
+
+        from django_jobq.ratelimit import SlidingWindow, TokenBucket
+
+        def make(i: int) -> TokenBucket | SlidingWindow:
+            key = f"bench-{uuid.uuid4().hex[:8]}-{i if keys == 'each' else 0}"
+            if limiter == "grant":
+                return TokenBucket(key, rate=10**9, per=1, burst=10**9)
+            if limiter == "refuse":
+                return TokenBucket(key, rate=1, per=3600, burst=1)
+            return SlidingWindow(key, limit=10_000, window=1.0)
+
+        run = uuid.uuid4().hex[:8]
+        limiters = [make(i) for i in range(threads)] if keys == "each" else [make(0)] * threads
+        for each in limiters:  # warm-up: the pool's connections, the prepared statement, the rows
+            for _ in range(20):
+                each.acquire()
+        counts = [0] * threads
+        start = threading.Barrier(threads + 1)
+
+        def loop(i: int) -> None:
+            start.wait()
+            n, acquire = 0, limiters[i].acquire
+            while time.perf_counter() < stop:
+                acquire()
+                n += 1
+            counts[i] = n
+
+        workers = [threading.Thread(target=loop, args=(i,), name=f"rl-{run}-{i}") for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        stop = time.perf_counter() + seconds
+        t0 = time.perf_counter()
+        start.wait()
+        for worker in workers:
+            worker.join()
+        elapsed = time.perf_counter() - t0
+        return {
+            "rate": sum(counts) / elapsed,
+            "jobs": sum(counts),
+            "seconds": elapsed,
+            "partial": False,
+            "unit": "calls/s",
+            "layout": f"{threads} thread(s), {'a key each' if keys == 'each' else 'one key'}",
+        }

@@ -1,0 +1,406 @@
+"""Rate limits in PostgreSQL: parallel acquires (threads and processes) never pass more than the limit,
+keys never share a count, buckets refill and windows slide on the database clock, the state outlives a
+process, an unreachable database fails closed (or open, when asked), and a permit outlives the caller's
+transaction.
+
+Every limiter commits on its own connection, outside the test's transaction: each test uses fresh keys.
+"""
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import subprocess
+import threading
+import uuid
+
+import psycopg
+import pytest
+import time_machine
+from django.db import connection, transaction
+
+from django_jobq import InvalidJob, RateLimitUnavailable, autocommit, ratelimit
+from django_jobq.models import RateBucket, RateWindow
+from django_jobq.ratelimit import SlidingWindow, TokenBucket, prune
+from tests.conftest import run_module
+
+pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
+
+T0 = dt.datetime(2026, 4, 1, 9, 0, tzinfo=dt.UTC)
+SLOW = 3600  # seconds per token: nothing refills while a test runs
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_pool():
+    """The limiters' own connections must be gone before pytest-django drops the test database."""
+    yield
+    autocommit.close_all()
+
+
+def fresh(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex}"
+
+
+def limiter(kind: str, key: str, limit: int) -> TokenBucket | SlidingWindow:
+    if kind == "bucket":
+        return TokenBucket(key, rate=1, per=SLOW, burst=limit)
+    return SlidingWindow(key, limit=limit, window=SLOW)
+
+
+def race(limiters: list, calls_each: int) -> list[list[bool]]:
+    """``calls_each`` threads per limiter, all released at once by one barrier; the grants per limiter."""
+    barrier = threading.Barrier(calls_each * len(limiters))
+    granted: list[list[bool]] = [[] for _ in limiters]
+
+    def call(i: int) -> None:
+        barrier.wait()
+        granted[i].append(limiters[i].acquire())
+
+    threads = [
+        threading.Thread(target=call, args=(i,)) for i in range(len(limiters)) for _ in range(calls_each)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    return granted
+
+
+def processes(kind: str, key: str, limit: int, calls: int, count: int = 4) -> list[dict]:
+    procs = [
+        run_module(
+            "tests.ratelimiter",
+            kind,
+            key,
+            str(limit),
+            str(calls),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        for _ in range(count)
+    ]
+    for proc in procs:  # every process has its threads waiting at the barrier ...
+        assert proc.stdout.readline().strip() == "ready"
+    for proc in procs:  # ... before any is let go
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    outputs = [json.loads(proc.communicate(timeout=120)[0]) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs)
+    return outputs
+
+
+# -- the limit holds under concurrency ---------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_100_threads_against_a_limit_of_10_get_exactly_10_permits(kind, monkeypatch):
+    monkeypatch.setattr(autocommit, "POOL_SIZE", 16)  # 16 sessions racing for the key's row
+    [granted] = race([limiter(kind, fresh(kind), 10)], 100)
+    assert (len(granted), sum(granted)) == (100, 10)
+
+
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_4_processes_of_25_threads_against_a_limit_of_10_get_exactly_10_permits(kind):
+    outputs = processes(kind, fresh(kind), 10, 25)
+    assert sum(out["calls"] for out in outputs) == 100
+    assert sum(out["granted"] for out in outputs) == 10
+
+
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_two_keys_do_not_share_counters_even_when_raced_together(kind, monkeypatch):
+    monkeypatch.setattr(autocommit, "POOL_SIZE", 16)
+    a, b = limiter(kind, fresh("a"), 10), limiter(kind, fresh("b"), 10)
+    assert [sum(g) for g in race([a, b], 40)] == [10, 10]
+    c = limiter(kind, fresh("c"), 3)
+    assert [c.acquire() for _ in range(4)] == [True, True, True, False]  # a and b, spent, do not count
+
+
+def test_acquire_of_n_takes_n_permits_or_none():
+    bucket = TokenBucket(fresh("n"), rate=1, per=SLOW, burst=5)
+    assert bucket.acquire(3) is True
+    assert bucket.acquire(3) is False  # 2 left: refused whole, nothing taken
+    assert bucket.acquire(2) is True
+    window = SlidingWindow(fresh("n"), limit=5, window=SLOW)
+    assert [window.acquire(3), window.acquire(3), window.acquire(2)] == [True, False, True]
+    assert window.acquire() is False
+
+
+# -- time: refill and slide on the database clock ----------------------------------------------------
+def test_a_bucket_refills_at_its_rate_up_to_its_burst(python_clock):
+    with time_machine.travel(T0, tick=False) as clock:
+        bucket = TokenBucket(fresh("refill"), rate=2, per=10, burst=4)  # a token every 5 s
+        assert [bucket.acquire() for _ in range(5)] == [True] * 4 + [False]
+        clock.shift(4.9)
+        assert bucket.acquire() is False
+        clock.shift(0.1)
+        assert [bucket.acquire(), bucket.acquire()] == [True, False]
+        clock.shift(3600)  # an hour idle refills 4 tokens, not 720
+        assert [bucket.acquire() for _ in range(5)] == [True] * 4 + [False]
+
+
+def test_a_sliding_window_slides_permit_by_permit_unlike_a_fixed_window(python_clock):
+    with time_machine.travel(T0, tick=False) as clock:
+        window = SlidingWindow(fresh("slide"), limit=3, window=10)
+        assert window.acquire() is True  # t=0
+        clock.shift(4)
+        assert [window.acquire(), window.acquire(), window.acquire()] == [True, True, False]  # t=4
+        clock.shift(5.999999)
+        assert window.acquire() is False  # t=9.999999: all three are still within 10 s
+        clock.shift(0.000001)
+        assert [window.acquire(), window.acquire()] == [True, False]  # t=10: the permit of t=0 left
+        clock.shift(4)
+        assert [window.acquire(2), window.acquire()] == [True, False]  # t=14: those of t=4 left
+        clock.shift(9.5)
+        # t=23.5: a fixed 10 s window would have reset at t=20; the permits of t=14 still count.
+        assert [window.acquire(), window.acquire()] == [True, False]
+
+
+def test_a_clock_stepped_back_never_frees_room_early(python_clock):
+    """A key's time never goes back: its permits count at the later of the clock and its last time."""
+    with time_machine.travel(T0, tick=False) as clock:
+        bucket = TokenBucket(fresh("clock"), rate=1, per=10, burst=2)
+        window = SlidingWindow(fresh("clock"), limit=2, window=10)
+        clock.shift(10)
+        assert bucket.acquire() and window.acquire()  # t=10
+        clock.shift(-5)  # t=5: the bucket counts from t=10 (no refill); the window's next stamp is t=10
+        assert [bucket.acquire(), window.acquire()] == [True, False]
+        clock.shift(10.5)
+        # t=15.5: counted from t=5, the bucket would have refilled a token.
+        assert [bucket.acquire(), window.acquire()] == [False, True]
+        clock.shift(4.5)
+        assert [bucket.acquire(), bucket.acquire()] == [True, False]  # t=20: one token since t=10
+        assert [window.acquire(), window.acquire()] == [True, False]  # the stamp of t=10 left
+
+
+# -- durability ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_a_new_process_continues_where_another_one_left_off(kind):
+    key = fresh(kind)
+    [out] = processes(kind, key, 3, 2, count=1)  # another process takes 2 of 3 and exits
+    assert out["granted"] == 2
+    mine = limiter(kind, key, 3)
+    assert [mine.acquire(), mine.acquire()] == [True, False]
+
+
+def test_a_permit_stays_spent_when_the_callers_transaction_rolls_back():
+    bucket = TokenBucket(fresh("rollback"), rate=1, per=SLOW, burst=1)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert bucket.acquire() is True  # e.g. before a provider call ...
+        raise RuntimeError("... after which the caller's transaction fails")
+    assert bucket.acquire() is False
+    assert RateBucket.objects.filter(key=bucket.key).exists()
+
+
+def test_the_callers_open_transaction_holds_no_lock_on_the_key():
+    bucket = TokenBucket(fresh("nolock"), rate=1, per=SLOW, burst=2)
+    other: list[bool] = []
+    with transaction.atomic():
+        assert bucket.acquire() is True
+        thread = threading.Thread(target=lambda: other.append(bucket.acquire()))
+        thread.start()
+        thread.join(timeout=10)  # while this transaction is still open
+        assert other == [True]
+
+
+# -- the database cannot be reached --------------------------------------------------------------------
+@pytest.fixture
+def database_down(monkeypatch):
+    """New rate-limit connections go to a closed port (the server itself keeps running)."""
+    real = autocommit.connection_params
+    monkeypatch.setattr(autocommit, "connection_params", lambda alias: {**real(alias), "port": 1})
+    autocommit.close_all()
+    yield
+    autocommit.close_all()
+
+
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_an_unreachable_database_fails_closed(kind, database_down):
+    with pytest.raises(RateLimitUnavailable, match="database unavailable"):
+        limiter(kind, fresh(kind), 10).acquire()
+
+
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_fail_open_lets_the_call_pass_and_logs_a_warning(kind, database_down, caplog):
+    key = fresh(kind)
+    limit = (
+        TokenBucket(key, 1, SLOW, 1, fail_open=True)
+        if kind == "bucket"
+        else SlidingWindow(key, 1, SLOW, fail_open=True)
+    )
+    with caplog.at_level(logging.WARNING, logger="django_jobq"):
+        assert [limit.acquire(), limit.acquire()] == [True, True]
+    assert [r.levelname for r in caplog.records if key in r.getMessage()] == ["WARNING", "WARNING"]
+
+
+def test_a_session_the_server_ended_fails_closed_once_then_a_new_one_is_used():
+    bucket = TokenBucket(fresh("terminated"), rate=1, per=SLOW, burst=5)
+    autocommit.close_all()
+    assert bucket.acquire() is True
+    [conn] = autocommit.pool("default").idle
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [conn.info.backend_pid])
+    # The statement may or may not have run before the session ended: no retry, so never a permit twice.
+    with pytest.raises(RateLimitUnavailable):
+        bucket.acquire()
+    assert conn.closed
+    assert bucket.acquire() is True
+
+
+def test_a_key_locked_past_lock_timeout_is_unavailable(settings):
+    settings.JOBQ = {**settings.JOBQ, "LOCK_TIMEOUT": 0.2}
+    autocommit.close_all()  # new sessions take the new timeout
+    key = fresh("locked")
+    assert TokenBucket(key, 1, SLOW, 5).acquire() is True
+    with connection.cursor() as cursor:  # the test's open transaction holds the key's row
+        cursor.execute("SELECT 1 FROM jobq_rate_bucket WHERE key = %s FOR UPDATE", [key])
+    with pytest.raises(RateLimitUnavailable, match="lock timeout"):
+        TokenBucket(key, 1, SLOW, 5).acquire()
+    assert TokenBucket(key, 1, SLOW, 5, fail_open=True).acquire() is True
+    autocommit.close_all()
+
+
+def test_programming_errors_are_not_mistaken_for_an_unreachable_database(monkeypatch):
+    bucket = TokenBucket(fresh("broken-sql"), 1, SLOW, 1, fail_open=True)
+    monkeypatch.setattr(TokenBucket, "_sql", "SELECT * FROM jobq_rate_no_such_table")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        bucket.acquire()
+
+
+# -- waiting --------------------------------------------------------------------------------------------
+@pytest.fixture
+def sleeps(monkeypatch):
+    """The durations acquire(wait=...) sleeps, slept for real."""
+    slept: list[float] = []
+    real_sleep = ratelimit.time.sleep
+    monkeypatch.setattr(ratelimit.time, "sleep", lambda s: (slept.append(s), real_sleep(s)))
+    return slept
+
+
+def test_acquire_with_wait_returns_true_after_one_sleep_until_the_refill(sleeps):
+    bucket = TokenBucket(fresh("wait"), rate=20, per=1, burst=1)
+    assert [bucket.acquire(), bucket.acquire()] == [True, False]
+    assert bucket.acquire(wait=0.5) is True
+    assert len(sleeps) == 1 and 0 < sleeps[0] <= 1 / 20  # as long as the database said, once
+    window = SlidingWindow(fresh("wait"), limit=2, window=0.1)
+    assert [window.acquire(2), window.acquire(wait=0.5)] == [True, True]
+    assert len(sleeps) == 2 and 0 < sleeps[1] <= 0.1
+
+
+def test_acquire_with_wait_gives_up_at_once_when_the_permit_comes_too_late(sleeps):
+    bucket = TokenBucket(fresh("late"), rate=1, per=SLOW, burst=1)
+    assert [bucket.acquire(), bucket.acquire(wait=0.3)] == [True, False]
+    window = SlidingWindow(fresh("late"), limit=1, window=SLOW)
+    assert [window.acquire(), window.acquire(wait=dt.timedelta(seconds=0.3))] == [True, False]
+    assert sleeps == []
+
+
+def test_waiting_callers_reserve_permits_in_turn_and_others_cannot_take_them(python_clock, monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(ratelimit.time, "sleep", slept.append)  # the clock stands still: no real sleep
+    with time_machine.travel(T0, tick=False) as clock:
+        bucket = TokenBucket(fresh("reserve"), rate=1, per=10, burst=1)
+        window = SlidingWindow(fresh("reserve"), limit=2, window=10)
+        assert bucket.acquire() and window.acquire(2)  # t=0: both empty
+        assert [bucket.acquire(wait=25), bucket.acquire(wait=25), bucket.acquire(wait=25)] == [
+            True,
+            True,
+            False,
+        ]
+        assert [window.acquire(wait=15), window.acquire(wait=15), window.acquire(wait=15)] == [
+            True,
+            True,
+            False,
+        ]
+        assert slept == [10.0, 20.0, 10.0, 10.0]  # the bucket's t=10 and t=20, the window's t=10 twice
+        clock.shift(15)
+        assert [bucket.acquire(), window.acquire()] == [False, False]  # t=15: spent by the reservations
+        clock.shift(15)
+        assert [bucket.acquire(), bucket.acquire()] == [True, False]  # t=30
+        assert [window.acquire(2), window.acquire()] == [True, False]  # t=30: those of t=10 left
+
+
+def test_many_waiting_threads_each_make_one_statement_and_all_get_a_permit(monkeypatch):
+    monkeypatch.setattr(autocommit, "POOL_SIZE", 16)
+    bucket = TokenBucket(fresh("herd"), rate=50, per=1, burst=1)  # 10 permits take 0.2 s to come
+    statements: list[int] = []
+    reserve = bucket._reserve
+    monkeypatch.setattr(bucket, "_reserve", lambda n, ahead: (statements.append(n), reserve(n, ahead))[1])
+    barrier = threading.Barrier(10)
+    granted: list[bool] = []
+
+    def call() -> None:
+        barrier.wait()
+        granted.append(bucket.acquire(wait=5))
+
+    threads = [threading.Thread(target=call) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert granted == [True] * 10
+    assert len(statements) == 10  # no polling: a waiter sleeps once, until its reserved permit
+    assert bucket.acquire() is False  # and nothing was left over
+
+
+def test_aacquire_takes_permits_and_waits_without_blocking_the_event_loop():
+    bucket = TokenBucket(fresh("async"), rate=20, per=1, burst=1)
+
+    async def main() -> tuple[bool, bool, bool, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        tick = asyncio.create_task(ticker())
+        first, second = await bucket.aacquire(), await bucket.aacquire()
+        third = await bucket.aacquire(wait=0.5)
+        tick.cancel()
+        return first, second, third, ticks
+
+    first, second, third, ticks = asyncio.run(main())
+    assert (first, second, third) == (True, False, True)
+    assert ticks > 0  # the loop kept running while aacquire waited
+
+
+# -- input ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("n", "wait"), [(0, 0), (-1, 0), (11, 0), (True, 0), (1.5, 0), ("1", 0), (1, -1), (1, float("nan"))]
+)
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_bad_acquire_arguments_are_refused_before_anything_is_written(kind, n, wait):
+    limit = limiter(kind, fresh(kind), 10)
+    with pytest.raises(InvalidJob):
+        limit.acquire(n, wait=wait)
+    with pytest.raises(InvalidJob):
+        asyncio.run(limit.aacquire(n, wait=wait))
+    model = RateBucket if kind == "bucket" else RateWindow
+    assert not model.objects.filter(key=limit.key).exists()
+
+
+@pytest.mark.parametrize("key", ["x'); DROP TABLE jobq_rate_bucket; --", "ключ:🔑", "k" * 500])
+def test_keys_are_stored_as_given(key):
+    bucket = TokenBucket((uuid.uuid4().hex + key)[:500], 1, SLOW, 1)
+    assert [bucket.acquire(), bucket.acquire()] == [True, False]
+    assert RateBucket.objects.filter(key=bucket.key).exists()
+
+
+# -- pruning -------------------------------------------------------------------------------------------
+def test_prune_deletes_only_keys_at_rest_and_a_pruned_key_behaves_as_before(python_clock):
+    with time_machine.travel(T0, tick=False) as clock:
+        bucket = TokenBucket(fresh("prune"), rate=1, per=10, burst=2)  # full again 20 s after emptying
+        window = SlidingWindow(fresh("prune"), limit=2, window=10)
+        assert bucket.acquire(2) and window.acquire()
+        clock.shift(5)
+        assert window.acquire()  # the window's newest permit leaves at t=15
+        prune()
+        assert RateBucket.objects.filter(key=bucket.key).exists()
+        assert RateWindow.objects.filter(key=window.key).exists()
+        assert [bucket.acquire(), window.acquire()] == [False, False]  # nothing was given back
+        clock.shift(15)  # t=20: the bucket is full, the window empty
+        prune()
+        assert not RateBucket.objects.filter(key=bucket.key).exists()
+        assert not RateWindow.objects.filter(key=window.key).exists()
+        assert [bucket.acquire(2), bucket.acquire()] == [True, False]
+        assert [window.acquire(2), window.acquire()] == [True, False]
