@@ -13,7 +13,7 @@ from django.dispatch import receiver
 from .exceptions import ConfigurationError
 
 DAY = 24 * 3600
-QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING")  # the keys a JOBQ["QUEUES"] entry may have
+QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING", "RATE_LIMIT")  # the keys a JOBQ["QUEUES"] entry may have
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +22,7 @@ class QueueOptions:
 
     max_running: int | None = None  # jobs RUNNING at once across every worker; None: no cap
     max_depth: int | None = None  # PENDING jobs beyond which enqueue raises QueueFull; None: no limit
+    rate_limit: tuple[int, float] | None = None  # (jobs, seconds): starts allowed across every worker
 
     @classmethod
     def parse(cls, name: Any, raw: Any) -> QueueOptions:
@@ -41,7 +42,23 @@ class QueueOptions:
                 raise ConfigurationError(
                     f'{where}["{key}"] must be an integer in [1, {top}], not {value!r:.100}'
                 )
-        return cls(max_running=raw.get("MAX_RUNNING"), max_depth=raw.get("MAX_DEPTH"))
+        rate = raw.get("RATE_LIMIT")
+        return cls(
+            max_running=raw.get("MAX_RUNNING"),
+            max_depth=raw.get("MAX_DEPTH"),
+            rate_limit=None if rate is None else rate_setting(rate, f'{where}["RATE_LIMIT"]'),
+        )
+
+
+def rate_setting(text: Any, where: str) -> tuple[int, float]:
+    """A rate limit string ("100/m") as (count, seconds); ConfigurationError when it is not one."""
+    from .exceptions import InvalidJob
+    from .ratelimit import parse_rate  # imports this module: read on use
+
+    try:
+        return parse_rate(text)
+    except InvalidJob as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

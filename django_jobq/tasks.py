@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 
 from . import validation
 from .backoff import RetryPolicy
+from .conf import rate_setting
 from .exceptions import ConfigurationError, PayloadMismatch, UnknownTask
 
 P = ParamSpec("P")
@@ -55,6 +56,7 @@ class Task(Generic[P, R]):
     atomic: bool = False  # run in one transaction with the job's DONE write (database-only tasks)
     max_running: int | None = None  # this task's jobs RUNNING at once, across every worker
     max_running_per_key: int | None = None  # ... and per concurrency_key (jobs enqueued with one)
+    rate_limit: tuple[int, float] | None = None  # (jobs, seconds): starts allowed across every worker
     options: EnqueueOptions = field(default_factory=EnqueueOptions)
 
     @property
@@ -158,6 +160,7 @@ def task(
     atomic: bool = False,
     max_running: int | None = None,
     max_running_per_key: int | None = None,
+    rate_limit: str | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -177,6 +180,7 @@ def task(
     atomic: bool = False,
     max_running: int | None = None,
     max_running_per_key: int | None = None,
+    rate_limit: str | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register ``func`` as a task: ``@task`` or ``@task(name=..., queue=..., ...)``."""
 
@@ -198,6 +202,7 @@ def task(
                 not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= 1_000_000
             ):
                 raise ConfigurationError(f"{what} must be an integer in [1, 1000000], not {cap!r:.100}")
+        rate = None if rate_limit is None else rate_setting(rate_limit, f"task {task_name!r}: rate_limit")
         if atomic and inspect.iscoroutinefunction(func):
             raise ConfigurationError("atomic=True needs a sync function: Django transactions are per thread")
         new = Task(
@@ -214,6 +219,7 @@ def task(
             atomic=atomic,
             max_running=max_running,
             max_running_per_key=max_running_per_key,
+            rate_limit=rate,
         )
         old = _registry.get(task_name)
         if old is not None and _origin(old.func) != _origin(func):

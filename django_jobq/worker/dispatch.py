@@ -178,6 +178,14 @@ class DispatchMixin(WorkerBase):
     # -- outcomes --------------------------------------------------------------------------------------
     def _write_failure(self, entry: Running, outcome: Outcome) -> Report:
         job = entry.job
+        if outcome.snooze is not None:  # no rate-limit permit: the job waits, no attempt used
+            runs = [(job.id, outcome.fence, outcome.snooze)]
+            try:
+                self._db(lambda: Job.objects.snooze(self.worker_id, runs))
+            except DatabaseError as exc:  # left to its lease
+                logger.error("job %s: could not put it back to wait for a permit (%s)", job.id, exc)
+            self._forget(entry)
+            return lambda: None
         try:
             status = self._db(
                 lambda: Job.objects.fail(

@@ -20,8 +20,9 @@ from .. import signals
 from ..backoff import RetryPolicy
 from ..conf import jobq_settings
 from ..context import JobContext
-from ..exceptions import InvalidPayload, JobTimeout, PermanentError
+from ..exceptions import InvalidPayload, JobTimeout, PermanentError, RateLimitUnavailable
 from ..managers import result_json
+from ..ratelimit import TokenBucket
 from ..tasks import Task, find_task
 
 if TYPE_CHECKING:
@@ -48,14 +49,39 @@ class Outcome:
     duration: float = 0.0
     abandoned: bool = False  # the job is no longer ours (lost lease, or failed by the timeout watchdog)
     committed: bool = False  # DONE is already written, in the task's own transaction (atomic=True)
+    snooze: float | None = (
+        None  # no rate-limit permit: back to PENDING for this many seconds, no attempt used
+    )
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.abandoned
+        return self.error is None and not self.abandoned and self.snooze is None
 
 
 class StaleRun(Exception):
     """An atomic task's DONE write found the run no longer ours: its transaction must roll back."""
+
+
+def permit_wait(task: Task[Any, Any], queue: str) -> float | None:
+    """None when the task's and the queue's rate limits (if any) grant a start now; otherwise the
+    seconds until the next permit is expected (one permit's interval). Without the database the
+    limit fails closed: no start, try again after JOBQ["POLL_INTERVAL"]."""
+    conf = jobq_settings()
+    options = conf.queues.get(queue)
+    queue_rate = options.rate_limit if options is not None else None
+    if task.rate_limit is None and queue_rate is None:
+        return None
+    for key, rate in ((f"jobq:task:{task.name}", task.rate_limit), (f"jobq:queue:{queue}", queue_rate)):
+        if rate is None:
+            continue
+        count, seconds = rate
+        try:
+            if not TokenBucket(key, count, seconds, count).acquire():
+                return seconds / count
+        except RateLimitUnavailable as exc:
+            logger.warning("rate limit %s unavailable (%s): the job waits", key, exc)
+            return conf.poll_interval
+    return None
 
 
 def default_policy() -> RetryPolicy:
@@ -103,6 +129,8 @@ class SlotRunner:
         policy = task.retry or default_policy()
         conf = jobq_settings()
         while True:
+            if (wait := permit_wait(task, job.queue)) is not None:
+                return Outcome(fence=fence, attempt=attempt, snooze=wait)
             started = time.monotonic()
             signals.send(signals.job_started, job=job, worker_id=self.worker_id)
             try:

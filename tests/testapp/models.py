@@ -8,6 +8,7 @@ class Execution(models.Model):
     attempt = models.IntegerField()
     fence = models.BigIntegerField(default=0)
     worker_id = models.TextField()
+    ran_at = models.DateTimeField(null=True)  # when the body started (the host clock)
 
     class Meta:
         app_label = "testapp"

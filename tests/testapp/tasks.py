@@ -8,6 +8,7 @@ import signal
 import time
 
 from django.db import transaction
+from django.utils import timezone
 
 import django_jobq
 from django_jobq import PermanentError, RetryPolicy
@@ -35,8 +36,9 @@ def sleep(seconds: float, **kwargs):
 def record(context, pause: float = 0.0, **kwargs):
     """Log the execution, then optionally pause (so a drain or a restart can catch it running)."""
     Execution.objects.create(
-        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id
-    )
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id,
+        ran_at=timezone.now(),
+    )  # fmt: skip
     if pause:
         time.sleep(pause)
     return {"attempt": context.attempt}
@@ -226,3 +228,11 @@ def capped(seconds: float = 0.02):
 @django_jobq.task(name="test.capped_per_key", max_running_per_key=1)
 def capped_per_key(seconds: float = 0.02):
     time.sleep(seconds)
+
+
+@django_jobq.task(name="test.rate_limited", takes_context=True, rate_limit="5/s")
+def rate_limited(context):
+    Execution.objects.create(
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id,
+        ran_at=timezone.now(),
+    )  # fmt: skip
