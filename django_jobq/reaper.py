@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from django.db import Error as DatabaseError
 from django.db import connections
 
+from . import ratelimit
 from .conf import jobq_settings
 from .dedupe import prune_expired_marks
 from .models import Job, JobStatus
@@ -34,6 +35,7 @@ class PassResult:
     pruned_done: int
     pruned_dead: int
     pruned_marks: int = 0  # expired inbound delivery marks (django_jobq.dedupe)
+    pruned_rates: int = 0  # rate-limit rows of keys at rest (django_jobq.ratelimit)
 
 
 class Reaper:
@@ -84,7 +86,8 @@ class Reaper:
         }
         Job.objects.prune_workers(WORKER_RECORD_RETENTION)
         marks = prune_expired_marks(conf.prune_batch)
-        return PassResult(reaped, pruned[JobStatus.DONE], pruned[JobStatus.DEAD], marks)
+        rates = ratelimit.prune(batch=conf.prune_batch)
+        return PassResult(reaped, pruned[JobStatus.DONE], pruned[JobStatus.DEAD], marks, rates)
 
     @staticmethod
     def _prune(status: JobStatus, retention: float, batch: int) -> int:

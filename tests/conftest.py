@@ -100,3 +100,13 @@ def plan_nodes(plan: dict):
     yield plan
     for child in plan.get("Plans", []):
         yield from plan_nodes(child)
+
+
+@pytest.fixture(autouse=True)
+def _close_autocommit_pools():
+    """Rate limits keep a small process-wide pool of connections; none outlives a test (the test
+    database is dropped at the end)."""
+    yield
+    from django_jobq import autocommit
+
+    autocommit.close_all()

@@ -67,3 +67,18 @@ def test_bad_rate_limits_are_refused(settings, rate):
 
     with pytest.raises(ConfigurationError, match="RATE_LIMIT"):
         jobq_settings()
+
+
+def test_the_reaper_prunes_rate_limit_rows_at_rest(python_clock):
+    import time_machine
+
+    from django_jobq.ratelimit import TokenBucket
+    from django_jobq.reaper import Reaper
+
+    with time_machine.travel(dt.datetime(2026, 7, 1, tzinfo=dt.UTC), tick=False) as clock:
+        bucket = TokenBucket("reaper-test", 1, 1, 1)
+        assert bucket.acquire()
+        assert Reaper().run_once().pruned_rates == 0  # not full again yet: its state matters
+        clock.shift(2)
+        assert Reaper().run_once().pruned_rates == 1
+        assert bucket.acquire()  # a pruned key starts full, as it would have been

@@ -30,13 +30,6 @@ T0 = dt.datetime(2026, 4, 1, 9, 0, tzinfo=dt.UTC)
 SLOW = 3600  # seconds per token: nothing refills while a test runs
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _close_pool():
-    """The limiters' own connections must be gone before pytest-django drops the test database."""
-    yield
-    autocommit.close_all()
-
-
 def fresh(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex}"
 

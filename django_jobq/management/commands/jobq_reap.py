@@ -28,7 +28,8 @@ class Command(BaseCommand):
                 reaper.release()
             self.stdout.write(
                 f"reaped {len(result.reaped)}, pruned {result.pruned_done} done and {result.pruned_dead} dead job(s)"
-                f" and {result.pruned_marks} expired inbound mark(s)"
+                f", {result.pruned_marks} expired inbound mark(s)"
+                f" and {result.pruned_rates} idle rate-limit key(s)"
             )
             return
         stopping = threading.Event()
