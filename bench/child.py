@@ -32,6 +32,14 @@ def enqueue_single(system: System, p: dict[str, Any]) -> dict[str, Any]:
     for _ in range(20):
         enqueue()  # warm-up: connections, caches, prepared statements
     system.reset()
+    if p.get("pending"):  # a PENDING backlog in the table (W1 backlog / W1 depth)
+        with common.connect(system.db_url) as conn:
+            system.insert_pending(conn, p["pending"])  # type: ignore[attr-defined]
+            conn.execute("VACUUM ANALYZE jobq_job")
+        if p.get("jobq"):
+            from django_jobq.models import Job
+
+            Job.objects.refresh_depths()  # what the reaper does every pass
     done = 0
     t0 = time.perf_counter()
     while done < n:
@@ -40,7 +48,7 @@ def enqueue_single(system: System, p: dict[str, Any]) -> dict[str, Any]:
         if done % 50 == 0 and time.perf_counter() - t0 > deadline:
             break
     elapsed = time.perf_counter() - t0
-    _check_count(system, done)
+    _check_count(system, done + p.get("pending", 0))
     return _rate(done, elapsed, partial=done < n)
 
 
@@ -258,9 +266,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database", required=True)
     parser.add_argument("--params", default="{}")
     args = parser.parse_args(argv)
+    params = json.loads(args.params)
+    if "jobq" in params:  # JOBQ settings of this workload, for this process and its workers
+        os.environ["BENCH_JOBQ"] = json.dumps(params["jobq"])
     system = SYSTEMS[args.system](args.database)
     try:
-        result = OPS[args.op](system, json.loads(args.params))
+        result = OPS[args.op](system, params)
     finally:
         system.close()
     print(RESULT_MARK + json.dumps(result), flush=True)

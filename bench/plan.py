@@ -63,6 +63,27 @@ def workloads(s: Sizes) -> list[Workload]:
             applies=lambda cls: cls.name == "psycopg",
         ),
     ]
+    flow = {"jobs": s.enqueue_jobs, "deadline": s.deadline, "pending": s.backlog_jobs}
+    out += [
+        Workload(
+            key="FC backlog",
+            group="FC",
+            title=f"W1 single with a {s.backlog_jobs:,}-job PENDING backlog in the queue, jobs/s",
+            op="enqueue_single",
+            params=flow,
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's flow control",
+        ),
+        Workload(
+            key="FC depth",
+            group="FC",
+            title="FC backlog, the queue with a MAX_DEPTH of 1,000,000, jobs/s",
+            op="enqueue_single",
+            params={**flow, "jobq": {"QUEUES": {"default": {"MAX_DEPTH": 1_000_000}}}},
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's flow control",
+        ),
+    ]
     for batch in s.ceiling_batches:
         out.append(
             Workload(
@@ -86,7 +107,26 @@ def workloads(s: Sizes) -> list[Workload]:
                 applies=_queues,
             )
         )
+    other_queues = {"QUEUES": {"mail": {"MAX_RUNNING": 2, "RATE_LIMIT": "10/s"}, "bulk": {"MAX_DEPTH": 1000}}}
     out += [
+        Workload(
+            key="FC others capped",
+            group="FC",
+            title="W2 c4, with MAX_RUNNING, RATE_LIMIT and MAX_DEPTH set on other queues, jobs/s",
+            op="drain",
+            params={**drain, "concurrency": 4, "jobq": other_queues},
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's flow control",
+        ),
+        Workload(
+            key="FC capped",
+            group="FC",
+            title="W2 c4 on a queue with MAX_RUNNING 4, jobs/s",
+            op="drain",
+            params={**drain, "concurrency": 4, "jobq": {"QUEUES": {"default": {"MAX_RUNNING": 4}}}},
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's flow control",
+        ),
         Workload(
             key="W3",
             group="W3",
@@ -151,4 +191,4 @@ def workloads(s: Sizes) -> list[Workload]:
     return out
 
 
-GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6", "RL")
+GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6", "FC", "RL")

@@ -89,6 +89,12 @@ def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, fl
     if w == "W1 single":
         value = _median(results, w, CEILING)
         return ("plain psycopg INSERT", value) if value else None
+    if w == "FC depth":
+        value = _median(results, "FC backlog", JOBQ)
+        return ("django-jobq FC backlog (no limit)", value) if value else None
+    if w in ("FC others capped", "FC capped"):
+        value = _median(results, "W2 c4", JOBQ)
+        return ("django-jobq W2 c4", value) if value else None
     if w == "W1 keyed":
         value = _median(results, "W1 single", JOBQ)
         return ("django-jobq W1 single", value) if value else None
@@ -138,6 +144,9 @@ def targets(results: dict[str, Any], table_rows: list[dict[str, Any]]) -> list[d
         ("W1 single enqueue >= 1.5x best peer", ratio("W1 single", "vs_best_peer"), 1.5, ">="),
         ("W1 bulk enqueue >= 50,000 jobs/s", jobq("W1 bulk"), 50_000.0, ">="),
         ("W1 keyed >= 0.9x W1 single", ratio("W1 keyed", "vs_reference"), 0.9, ">="),
+        ("FC depth >= 0.9x the same enqueue without MAX_DEPTH", ratio("FC depth", "vs_reference"), 0.9, ">="),
+        ("FC others capped >= 0.97x W2 c4", ratio("FC others capped", "vs_reference"), 0.97, ">="),
+        ("FC capped (MAX_RUNNING 4) >= 0.8x W2 c4", ratio("FC capped", "vs_reference"), 0.8, ">="),
         ("W3 p50 <= 3 ms", jobq("W3 p50", "p50"), 3.0, "<="),
         ("W3 p99 <= 15 ms", jobq("W3 p99", "p99"), 15.0, "<="),
         ("W5 history >= 0.9x W2", ratio("W5 history", "vs_reference"), 0.9, ">="),

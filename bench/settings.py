@@ -4,6 +4,7 @@ The database is the throwaway one in BENCH_DATABASE_URL. Workers keep their conn
 (CONN_MAX_AGE=None) for every system alike.
 """
 
+import json
 import os
 
 from bench.common import parse_url
@@ -35,8 +36,9 @@ _APPS = {
 }
 INSTALLED_APPS = ["django.contrib.contenttypes", *_APPS.get(SYSTEM, [])]
 
-# django-jobq: its defaults (LISTEN/NOTIFY wake-ups, 1 s safety-net polling).
-JOBQ: dict[str, object] = {}
+# django-jobq: its defaults (LISTEN/NOTIFY wake-ups, 1 s safety-net polling), plus what a workload
+# sets in BENCH_JOBQ (JSON; e.g. the flow-control workloads' QUEUES).
+JOBQ: dict[str, object] = json.loads(os.environ.get("BENCH_JOBQ", "{}"))
 
 if SYSTEM == "tasks_db":
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

@@ -43,7 +43,8 @@ def test_quick_run_measures_every_workload_for_django_jobq(tmp_path):
     proc = bench("--quick", "--systems", "jobq,psycopg", "--json", str(out))
     doc = json.loads(out.read_text())
     for key in ("W1 single", "W1 keyed", "W1 bulk", "W2 c4", "W2 c16", "W3", "W5 history", "W5 backlog",
-                "W6 c16", "RL c1", "RL c8", "RL c8 keys", "RL refused c1", "RL window c1"):  # fmt: skip
+                "W6 c16", "RL c1", "RL c8", "RL c8 keys", "RL refused c1", "RL window c1", "FC backlog",
+                "FC depth", "FC others capped", "FC capped"):  # fmt: skip
         runs = doc["results"][key]["jobq"]
         assert runs and all("error" not in r for r in runs), (key, runs)
     for key in ("W1 single", "W1 bulk", "W4 b1", "W4 b4", "W4 b10", "W4 b100"):
