@@ -32,11 +32,13 @@ from .postgres_enqueue import (
 )
 from .postgres_inbound import FIRST_SEEN, PRUNE_MARKS
 from .postgres_pick import _PICK_ANY, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
+from .postgres_queues import PAUSE_QUEUE, PAUSED_QUEUES, RESUME_QUEUE
 from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING
 
 __all__ = [  # the statements of sibling modules that are this engine's names, and shared terms
     "DEAD", "DONE", "ENQUEUE", "ENQUEUE_KEYED", "ENQUEUE_MANY", "ENQUEUE_MANY_KEYED", "ENQUEUE_MANY_REPLACE",
-    "ENQUEUE_OR_GET", "ENQUEUE_REPLACE", "FIRST_SEEN", "NOW", "PENDING", "PRUNE_MARKS", "RUNNING", "_WALK",
+    "ENQUEUE_OR_GET", "ENQUEUE_REPLACE", "FIRST_SEEN", "NOW", "PAUSED_QUEUES", "PAUSE_QUEUE", "PENDING",
+    "PRUNE_MARKS", "RESUME_QUEUE", "RUNNING", "_WALK",
 ]  # fmt: skip
 
 
