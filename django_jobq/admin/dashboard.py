@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from .. import dashboard
-from .common import breadcrumbs, lanes_text, time_cell
+from .common import breadcrumbs, exact_time, lanes_text, time_cell
 from .queues import may_pause
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def _queue_row(
 ) -> dict[str, Any]:
     done = "?" if q.done is None else (f"≈{q.done}" if snap.done_estimated else str(q.done))
     state = paused.get(q.queue)
-    pause = {"by": state.by or "?", "since": time_cell(state.since, snap.now)} if state else None
+    pause = f"paused by {state.by or '?'} since {exact_time(state.since)}" if state else None
     return {"q": q, "lag": dashboard.format_seconds(q.lag), "done": done, "pause": pause}
 
 

@@ -9,9 +9,14 @@ from typing import TYPE_CHECKING
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from .. import validation
 from ..conf import jobq_settings
@@ -34,9 +39,10 @@ def may_pause(model_admin: _JobModelAdmin, request: HttpRequest) -> bool:
     return model_admin.has_view_permission(request) and request.user.has_perm("django_jobq.pause_queue")
 
 
-@require_POST
 def queue_state_view(model_admin: _JobModelAdmin, request: HttpRequest) -> HttpResponse:
     """POST queue=NAME, action=pause|resume; back to the dashboard with a message."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     if not may_pause(model_admin, request):
         raise PermissionDenied
     action = request.POST.get("action", "")
