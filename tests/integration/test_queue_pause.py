@@ -16,8 +16,9 @@ from django_jobq import InvalidJob
 from django_jobq.listener import STATE_CHANGED, connection_params
 from django_jobq.managers import JobManager, NewJob
 from django_jobq.models import Job, JobStatus, QueueState, WorkerRecord
-from django_jobq.worker import ALL_QUEUES
-from tests.conftest import start_worker, wait_until
+from django_jobq.worker import ALL_QUEUES, Worker
+from tests.conftest import ROOT, start_worker, wait_until
+from tests.integration.test_readme import readme_blocks
 
 pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db(transaction=True)]
 
@@ -265,3 +266,24 @@ def test_two_worker_processes_both_stop_claiming():
             worker.terminate()
         for worker in workers:
             assert worker.wait(timeout=30) == 0
+
+
+def test_a_burst_worker_whose_queues_are_all_paused_exits():
+    Job.objects.pause_queue("a")
+    jid = Job.objects.enqueue("test.noop", queue="a")
+    worker = Worker({"a": 1}, burst=True)
+    worker.run()  # returns: nothing it may claim is due
+    assert worker.processed == 0 and Job.objects.get(id=jid).status == JobStatus.PENDING
+
+
+def test_the_documented_example_runs_and_says_what_it_returns():
+    (block,) = [b for b in readme_blocks(ROOT / "docs" / "flow-control-pause.md") if b.language == "python"]
+    lines = block.code.splitlines()
+    # Each call with a "# True" / "# False" / "# [...]" comment returns that.
+    checked = [
+        f"assert ({code.strip()}) == {comment.split(':')[0].strip()}" if "#" in line else line
+        for line in lines
+        for code, _, comment in [line.partition("#")]
+    ]
+    exec(compile("\n".join(checked), f"docs/flow-control-pause.md:{block.line}", "exec"), {})
+    assert Job.objects.paused_queues() == []
