@@ -24,7 +24,7 @@ from django.db import connections
 from .conf import jobq_settings
 from .exceptions import ConfigurationError
 from .listener import connection_params
-from .sql.postgres import SET_TIMEOUTS
+from .sql.postgres_workers import SET_TIMEOUTS
 
 POOL_SIZE = 8  # connections per process and alias, at most; more callers wait for a free one
 CONNECT_TIMEOUT = 5  # seconds, unless the alias's OPTIONS set connect_timeout

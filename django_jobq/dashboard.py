@@ -1,6 +1,6 @@
 """The queue's figures, read-only: what the admin dashboard and ``manage.py jobq_stats`` show.
 
-``snapshot()`` runs five bounded statements (django_jobq.sql.stats) and returns a frozen
+``snapshot()`` runs six bounded statements (django_jobq.sql.stats) and returns a frozen
 Snapshot; ``check()`` compares one with health thresholds; ``format_table()`` renders one for a terminal.
 """
 
@@ -50,6 +50,7 @@ class QueueFigures:
     done_60m: int = 0  # ... in the last 60 minutes
     dead_5m: int = 0  # jobs that went DEAD (failed for good) in the last 5 minutes
     dead_60m: int = 0  # ... in the last 60 minutes
+    paused: bool = False  # workers claim nothing from it (Job.objects.pause_queue)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +60,15 @@ class Minute:
     ago: int
     done: int
     dead: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PausedQueue:
+    """A paused queue: since when, and who paused it (a username, "manage.py jobq_queue", "api")."""
+
+    queue: str
+    since: dt.datetime
+    by: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +100,8 @@ class Snapshot:
     done_estimated: bool  # DONE counts come from planner statistics, not a count
     throughput: tuple[Minute, ...]  # MINUTES entries, oldest first
     workers: tuple[WorkerFigures, ...]  # most recently seen first
-    unserved: tuple[str, ...]  # queues with due jobs that no live worker serves (by its lanes)
+    unserved: tuple[str, ...]  # queues with due jobs that no live worker serves (by its lanes), not paused
+    paused: tuple[PausedQueue, ...]  # sorted by name
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
@@ -164,6 +175,9 @@ def snapshot(*, exact: bool = False) -> Snapshot:
         if ago < 5:
             f[f"{name}_5m"] = f.get(f"{name}_5m", 0) + jobs
 
+    paused = tuple(PausedQueue(queue=q, since=at, by=by) for q, at, by in _run(connection, sql.PAUSED))
+    for p in paused:  # a paused queue is listed even without jobs, so that it can be resumed
+        figures[p.queue]["paused"] = True
     queues = tuple(QueueFigures(queue=queue, **figures[queue]) for queue in sorted(figures))
     throughput = tuple(
         Minute(ago=ago, done=buckets[ago, JobStatus.DONE], dead=buckets[ago, JobStatus.DEAD])
@@ -178,18 +192,20 @@ def snapshot(*, exact: bool = False) -> Snapshot:
         throughput=throughput,
         workers=workers,
         unserved=_unserved(queues, workers),
+        paused=paused,
     )
 
 
 def _unserved(queues: Sequence[QueueFigures], workers: Sequence[WorkerFigures]) -> tuple[str, ...]:
-    """Queues with due jobs that no live worker's lanes name (a "*" lane serves every queue)."""
+    """Queues with due jobs that no live worker's lanes name (a "*" lane serves every queue); a paused
+    queue is not counted: nobody is meant to serve it."""
     served: set[str] = set()
     for w in workers:
         if w.state in ("alive", "stuck"):
             served |= set(w.lanes)
     if "*" in served:
         return ()
-    return tuple(q.queue for q in queues if q.due and q.queue not in served)
+    return tuple(q.queue for q in queues if q.due and not q.paused and q.queue not in served)
 
 
 def check(
@@ -254,43 +270,26 @@ def format_table(snap: Snapshot) -> str:
     """The snapshot as plain text: one line per queue, a total line, then the workers."""
     approx = "~" if snap.done_estimated else ""
     header = (
-        "queue",
-        "pending",
-        "due",
-        "lag",
-        "running",
-        "expired",
-        "dead",
-        "done",
-        "done 5m",
-        "done 60m",
-        "dead 5m",
-        "dead 60m",
-    )
+        "queue", "pending", "due", "lag", "running", "expired", "dead", "done", "done 5m", "done 60m",
+        "dead 5m", "dead 60m",
+    )  # fmt: skip
     lines = [header]
     for q in (*snap.queues, snap.total):
         done = "?" if q.done is None else f"{approx}{q.done}"
+        name = (q.queue + " (paused)" if q.paused else q.queue) or "(all)"
         lines.append(
             (
-                q.queue or "(all)",
-                str(q.pending),
-                str(q.due),
-                format_seconds(q.lag),
-                str(q.running),
-                str(q.expired),
-                str(q.dead),
-                done,
-                str(q.done_5m),
-                str(q.done_60m),
-                str(q.dead_5m),
-                str(q.dead_60m),
+                name, str(q.pending), str(q.due), format_seconds(q.lag), str(q.running), str(q.expired),
+                str(q.dead), done, str(q.done_5m), str(q.done_60m), str(q.dead_5m), str(q.dead_60m),
             )
-        )
+        )  # fmt: skip
     out = [f"django-jobq at {snap.now.isoformat(timespec='seconds')}", *_columns(lines)]
     if snap.done_estimated:
         out.append("~ DONE counts are planner estimates (jobq_stats --exact counts them)")
     if snap.unserved:
         out.append(f"! due jobs and no live worker serving: {', '.join(snap.unserved)}")
+    for p in snap.paused:
+        out.append(f"paused: {p.queue} since {p.since.isoformat(timespec='seconds')} by {p.by or '?'}")
     out.append("")
     if snap.workers:
         rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]
@@ -346,6 +345,8 @@ def _total(queues: Sequence[QueueFigures]) -> QueueFigures:
             sums[name] = max(lags) if lags else None
         elif name == "done":
             sums[name] = None if None in values else sum(values)
+        elif name == "paused":
+            sums[name] = False
         else:
             sums[name] = sum(values)
     return QueueFigures(**sums)

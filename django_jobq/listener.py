@@ -1,4 +1,5 @@
-"""LISTEN for enqueue notifications on a dedicated connection and wake the lanes they name."""
+"""LISTEN for enqueue notifications on a dedicated connection and wake the lanes they name; a
+STATE_CHANGED notification (a queue was paused or resumed) makes the worker re-read the queues' state."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from .conf import jobq_settings
 
 logger = logging.getLogger("django_jobq")
 
+# The payload of a pause or resume: no queue can carry it (validation.queue refuses "*"), so it never
+# wakes a lane as an enqueue would; the worker re-reads the paused queues and wakes every lane.
+STATE_CHANGED = "*"
 HEALTH_CHECK_SECONDS = 5.0  # a silent connection is probed this often, so a dead one is noticed
 
 
@@ -28,8 +32,9 @@ def connection_params(alias: str) -> dict[str, Any]:
 
 
 class Listener(threading.Thread):
-    """Calls ``wake(queue)`` for every notification; ``wake(None)`` after each (re)connect, since
-    notifications sent while it was disconnected are lost (polling would find those jobs anyway)."""
+    """Calls ``wake(payload)`` for every notification (a queue's name, or STATE_CHANGED); ``wake(None)``
+    after each (re)connect, since notifications sent while it was disconnected are lost (polling finds
+    those jobs, and that state, anyway)."""
 
     def __init__(self, wake: Callable[[str | None], None], stopping: threading.Event):
         super().__init__(name="jobq-listener", daemon=True)

@@ -63,7 +63,10 @@ class Job(models.Model):
     class Meta:
         db_table = "jobq_job"
         ordering = ["-id"]
-        permissions = [("requeue_job", "Can requeue dead jobs")]
+        permissions = [
+            ("requeue_job", "Can requeue dead jobs"),
+            ("pause_queue", "Can pause and resume queues"),
+        ]
         indexes = [
             # claim: WHERE status=PENDING AND queue=… AND run_at<=now ORDER BY priority, run_at, id LIMIT n.
             # Partial, so its size follows the backlog, never the finished history.
@@ -176,10 +179,17 @@ class InboundMark(models.Model):
 
 
 class QueueState(models.Model):
-    """Per-queue state kept in the database: the depth baseline that enqueue's MAX_DEPTH check
-    starts from (refreshed by the reaper for every queue with a MAX_DEPTH)."""
+    """State of one queue that every worker shares, kept in the database so that it holds across all
+    workers and restarts: whether the queue is paused (its jobs are not claimed) and who changed it
+    last; and the depth baseline that enqueue's MAX_DEPTH check starts from (refreshed by the reaper
+    for every queue with a MAX_DEPTH). A queue without a row has the defaults: not paused."""
 
     name = models.TextField(primary_key=True)
+    paused = models.BooleanField(db_default=False, help_text="Workers claim nothing from a paused queue.")
+    changed_at = models.DateTimeField(db_default=Now())
+    changed_by = models.TextField(
+        null=True, blank=True, help_text='Who changed it: a username, "manage.py jobq_queue" or "api".'
+    )
     depth_count = models.BigIntegerField(null=True, help_text="PENDING jobs counted at depth_at.")
     depth_seq = models.BigIntegerField(
         null=True, help_text="jobq_job's id sequence read just before that count."
@@ -188,9 +198,11 @@ class QueueState(models.Model):
 
     class Meta:
         db_table = "jobq_queue"
+        ordering = ["name"]
+        verbose_name = "queue state"
 
     def __str__(self) -> str:
-        return self.name
+        return f"{self.name} ({'paused' if self.paused else 'running'})"
 
 
 class RateBucket(models.Model):

@@ -11,6 +11,7 @@ import django
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
 from django.core.paginator import Paginator
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import dateformat, timezone
@@ -19,7 +20,6 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from .. import dashboard
-from ..models import Job
 
 T = TypeVar("T")
 
@@ -41,8 +41,8 @@ def per_request(request: HttpRequest, key: str, compute: Callable[[], T]) -> T:
     return cache[key]  # type: ignore[no-any-return]
 
 
-def log(request: HttpRequest, jobs: Iterable[Job], flag: int, message: str = "") -> None:
-    """Record in the admin log that the request's user did ``flag`` to each of ``jobs``."""
+def log(request: HttpRequest, jobs: Iterable[models.Model], flag: int, message: str = "") -> None:
+    """Record in the admin log that the request's user did ``flag`` to each of ``jobs`` (or other rows)."""
     user_id = request.user.pk
     assert user_id is not None  # admin views require a logged-in staff user
     LogEntry.objects.log_actions(

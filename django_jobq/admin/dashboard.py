@@ -1,4 +1,5 @@
-"""The queue dashboard page: counts per queue and status, lag, throughput, workers (one snapshot)."""
+"""The queue dashboard page: counts per queue and status, lag, throughput, workers (one snapshot), which
+queues are paused, with Pause / Resume buttons for those allowed (admin.queues)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from .. import dashboard
-from .common import breadcrumbs, lanes_text, time_cell
+from .common import breadcrumbs, exact_time, lanes_text, time_cell
+from .queues import may_pause
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -23,6 +25,7 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     snap = dashboard.snapshot()
+    paused = {p.queue: p for p in snap.paused}
     refresh = request.GET.get("refresh", "")
     opts = model_admin.opts
     app_url = reverse("admin:app_list", kwargs={"app_label": opts.app_label})
@@ -32,8 +35,10 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
         "title": "Queue dashboard",
         "opts": model_admin.opts,
         "snap": snap,
-        "queues": [_queue_row(q, snap) for q in snap.queues],
-        "total": _queue_row(snap.total, snap),
+        "queues": [_queue_row(q, snap, paused) for q in snap.queues],
+        "total": _queue_row(snap.total, snap, paused),
+        "can_pause": may_pause(model_admin, request),
+        "queue_url": reverse("admin:django_jobq_queue_state"),
         "chart": throughput_chart(snap.throughput),
         "workers": [
             {
@@ -51,9 +56,13 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
     return TemplateResponse(request, "admin/django_jobq/dashboard.html", context)
 
 
-def _queue_row(q: dashboard.QueueFigures, snap: dashboard.Snapshot) -> dict[str, Any]:
+def _queue_row(
+    q: dashboard.QueueFigures, snap: dashboard.Snapshot, paused: dict[str, dashboard.PausedQueue]
+) -> dict[str, Any]:
     done = "?" if q.done is None else (f"≈{q.done}" if snap.done_estimated else str(q.done))
-    return {"q": q, "lag": dashboard.format_seconds(q.lag), "done": done}
+    state = paused.get(q.queue)
+    pause = f"paused by {state.by or '?'} since {exact_time(state.since)}" if state else None
+    return {"q": q, "lag": dashboard.format_seconds(q.lag), "done": done, "pause": pause}
 
 
 def throughput_chart(

@@ -1,4 +1,5 @@
-"""The job list and a job's page (read-only), with the guarded delete; the requeue and dashboard URLs."""
+"""The job list and a job's page (read-only), with the guarded delete; the requeue, dashboard and
+pause/resume URLs."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from .common import (
     time_field,
 )
 from .dashboard import dashboard_view
+from .queues import queue_state_view
 from .requeue import RequeueActions
 
 
@@ -312,7 +314,17 @@ class JobAdmin(RequeueActions):
                     name="django_jobq_dashboard",
                 )
             )
+            urls.append(
+                path(
+                    "dashboard/queue/",
+                    self.admin_site.admin_view(self.queue_state_view),
+                    name="django_jobq_queue_state",
+                )
+            )
         return urls + super().get_urls()
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponseBase:
         return dashboard_view(self, request)
+
+    def queue_state_view(self, request: HttpRequest) -> HttpResponseBase:
+        return queue_state_view(self, request)

@@ -1,8 +1,8 @@
 """JobManager: each public operation runs one named statement from django_jobq.sql.
 
 Split by concern: producing (enqueue), consuming (claim and the fenced writes of a worker), waiting
-(wait_for) and maintenance (reap, requeue, prune, counts); the async twins are derived here with
-sync_to_async.
+(wait_for), maintenance (reap, requeue, prune, counts) and queue state (pause, resume); the async
+twins are derived here with sync_to_async.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 from .consuming import ConsumerManager, result_json
 from .maintenance import MaintenanceManager
 from .producing import NewJob, ProducerManager
+from .queues import QueueStateManager
 from .waiting import WaitingManager
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["JobManager", "NewJob", "result_json"]
 
 
-class JobManager(ProducerManager, ConsumerManager, WaitingManager, MaintenanceManager):
+class JobManager(ProducerManager, ConsumerManager, WaitingManager, MaintenanceManager, QueueStateManager):
     async def aenqueue(self, *args: Any, **kwargs: Any) -> int | None:
         return await sync_to_async(self.enqueue)(*args, **kwargs)
 
@@ -56,3 +57,12 @@ class JobManager(ProducerManager, ConsumerManager, WaitingManager, MaintenanceMa
 
     async def acounts(self, queue: str | None = None) -> dict[str, int]:
         return await sync_to_async(self.counts)(queue)
+
+    async def apause_queue(self, *args: Any, **kwargs: Any) -> bool:
+        return await sync_to_async(self.pause_queue)(*args, **kwargs)
+
+    async def aresume_queue(self, *args: Any, **kwargs: Any) -> bool:
+        return await sync_to_async(self.resume_queue)(*args, **kwargs)
+
+    async def apaused_queues(self) -> list[str]:
+        return await sync_to_async(self.paused_queues)()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -51,7 +50,7 @@ class BaseJobManager(models.Manager["Job"]):
     def connection(self) -> BaseDatabaseWrapper:
         return connections[jobq_settings().database]
 
-    def _sql(self) -> ModuleType:
+    def _sql(self) -> Any:
         return statements_for(self.connection)
 
     def _cursor(self) -> CursorWrapper:

@@ -1,20 +1,49 @@
-"""Every statement django-jobq runs, one module per database engine, the same names in each.
+"""Every statement django-jobq runs, one engine per database, the same names in each.
 
-Only PostgreSQL exists today; an engine module for another database (S12) exports the same names.
+The PostgreSQL engine is one namespace gathered from modules split by concern: postgres (the job's
+transitions and maintenance), postgres_enqueue (inserting jobs and the dedupe rule), postgres_depth
+(MAX_DEPTH), postgres_pick (the claim's selection), postgres_inbound (first_seen), postgres_queues
+(pause), postgres_workers (worker records, maintenance leases, timeouts). A name defined twice is an
+error at import.
 """
 
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..exceptions import ConfigurationError
-from . import postgres
+from . import (
+    postgres,
+    postgres_depth,
+    postgres_enqueue,
+    postgres_inbound,
+    postgres_queues,
+    postgres_workers,
+)
 
 
-def statements_for(connection: BaseDatabaseWrapper) -> ModuleType:
-    """The statement module for ``connection``'s engine."""
+def _engine(*modules: ModuleType) -> Any:
+    """The statements (upper-case names) of ``modules`` in one namespace."""
+    names: dict[str, Any] = {}
+    for module in modules:
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str):
+                if name in names and names[name] is not value:
+                    raise ImportError(f"statement {name} is defined twice ({module.__name__})")
+                names[name] = value
+    return SimpleNamespace(**names)
+
+
+POSTGRES = _engine(
+    postgres, postgres_depth, postgres_enqueue, postgres_inbound, postgres_queues, postgres_workers
+)
+
+
+def statements_for(connection: BaseDatabaseWrapper) -> Any:
+    """The statements of ``connection``'s engine."""
     if connection.vendor == "postgresql":
-        return postgres
+        return POSTGRES
     raise ConfigurationError(
         f"django-jobq needs PostgreSQL; database {connection.alias!r} is {connection.vendor}"
     )

@@ -20,63 +20,11 @@ The per-job error history keeps only the last %(history)s entries (_append_error
 counts every failed attempt.
 """
 
-from .postgres_depth import DEPTH_FULL, DEPTH_REFRESH, DEPTH_SEQ
-from .postgres_enqueue import (
-    ENQUEUE,
-    ENQUEUE_GATED,
-    ENQUEUE_KEYED,
-    ENQUEUE_KEYED_GATED,
-    ENQUEUE_MANY,
-    ENQUEUE_MANY_KEYED,
-    ENQUEUE_MANY_REPLACE,
-    ENQUEUE_OR_GET,
-    ENQUEUE_OR_GET_GATED,
-    ENQUEUE_REPLACE,
-    ENQUEUE_REPLACE_GATED,
-    window_over,
-)
-from .postgres_inbound import FIRST_SEEN, PRUNE_MARKS
+from .postgres_enqueue import window_over
 from .postgres_pick import _PICK_ANY, _PICK_CAPPED, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
 from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING
-from .postgres_workers import (
-    LEASE_ACQUIRE,
-    LEASE_RELEASE,
-    PRUNE_WORKERS,
-    SET_TIMEOUTS,
-    WORKER_BEAT,
-    WORKER_IS_LIVE,
-)
 
-__all__ = [  # the statements of sibling modules that are this engine's names, and shared terms
-    "DEAD",
-    "DEPTH_FULL",
-    "DEPTH_REFRESH",
-    "DEPTH_SEQ",
-    "DONE",
-    "ENQUEUE",
-    "ENQUEUE_GATED",
-    "ENQUEUE_KEYED",
-    "ENQUEUE_KEYED_GATED",
-    "ENQUEUE_MANY",
-    "ENQUEUE_MANY_KEYED",
-    "ENQUEUE_MANY_REPLACE",
-    "ENQUEUE_OR_GET",
-    "ENQUEUE_OR_GET_GATED",
-    "ENQUEUE_REPLACE",
-    "ENQUEUE_REPLACE_GATED",
-    "FIRST_SEEN",
-    "LEASE_ACQUIRE",
-    "LEASE_RELEASE",
-    "NOW",
-    "PENDING",
-    "PRUNE_MARKS",
-    "PRUNE_WORKERS",
-    "RUNNING",
-    "SET_TIMEOUTS",
-    "WORKER_BEAT",
-    "WORKER_IS_LIVE",
-    "_WALK",
-]  # fmt: skip
+__all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
 
 
 def _wake_waiters(alias: str, when: str = "true") -> str:

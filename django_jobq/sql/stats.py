@@ -104,3 +104,9 @@ DELETE FROM jobq_job
 WHERE id = ANY(%(ids)s::bigint[]) AND status = ANY(%(statuses)s::smallint[]) AND status <> {RUNNING}
 RETURNING id, task, status
 """
+
+# paused: the paused queues (jobq_queue, one row per queue ever paused: a handful), with who paused each
+# and when. Read-only.
+PAUSED = """
+SELECT name, changed_at, changed_by FROM jobq_queue WHERE paused ORDER BY name
+"""

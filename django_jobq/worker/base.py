@@ -78,6 +78,12 @@ class WorkerBase:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
+    def _wake_all(self) -> None:
+        for lane in self.lanes.values():
+            with lane.cond:
+                lane.woken = True
+                lane.cond.notify_all()
+
     def _forget(self, entry: Running) -> None:
         with self._lock:
             if self._running.get(entry.key) is entry:

@@ -1,6 +1,6 @@
 """The Worker: lanes of slots, each fed by one dispatcher thread that writes the lane's finished jobs
-and claims as many new ones as there are free slots in a single statement; a heartbeat that renews
-every lease in one statement; LISTEN wake-ups; a graceful drain.
+and claims as many new ones as there are free slots in a single statement (leaving paused queues
+out); a heartbeat that renews every lease in one statement; LISTEN wake-ups; a graceful drain.
 
 Threads: one dispatcher and N slot threads per lane, one heartbeat, one side writer, one listener
 (and optionally an embedded reaper). Each uses its own database connection.
@@ -22,7 +22,7 @@ from django.db import connections
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import ConfigurationError, InvalidJob
-from ..listener import Listener
+from ..listener import STATE_CHANGED, Listener
 from ..models import Job
 from .heartbeat import HeartbeatMixin
 from .lanes import ALL_QUEUES, Lane
@@ -84,6 +84,10 @@ class Worker(HeartbeatMixin, SlotMixin):
         self._threads: list[threading.Thread] = []
         self.listener = None
         self._side_writer = SideWriter()
+        self.paused = frozenset()  # the paused queues, as last read (pausing.PauseMixin)
+        self._paused_lock = threading.Lock()
+        self._paused_stale = threading.Event()
+        self._paused_next = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -185,15 +189,9 @@ class Worker(HeartbeatMixin, SlotMixin):
         self._side_writer.close()
         logger.info("worker %s stopped after %d job(s)", self.worker_id, self.processed)
 
-    def _wake_all(self) -> None:
-        for lane in self.lanes.values():
-            with lane.cond:
-                lane.woken = True
-                lane.cond.notify_all()
-
     def _on_notify(self, queue_name: str | None) -> None:
-        if queue_name is None:
-            self._wake_all()
+        if queue_name is None or queue_name == STATE_CHANGED:  # a pause or resume, or a reconnect
+            self._state_changed()
         elif lane := self.lanes.get(queue_name) or self.lanes.get(ALL_QUEUES):
             with lane.cond:
                 lane.woken = True

@@ -1,5 +1,6 @@
 """A lane's dispatcher: writes the lane's finished jobs and claims as many new ones as there are free
-slots, in one statement per cycle; hands the claimed jobs to the slots; reports outcomes."""
+slots (none from a paused queue), in one statement per cycle; hands the claimed jobs to the slots;
+reports outcomes."""
 
 from __future__ import annotations
 
@@ -15,15 +16,16 @@ from .. import signals
 from ..conf import jobq_settings
 from ..models import Job, JobStatus
 from ..tasks import find_task
-from .base import WorkerBase, is_connection_error
+from .base import is_connection_error
 from .lanes import Lane, Running
+from .pausing import PauseMixin
 from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
 Report = Callable[[], None]  # logs and signals about an outcome, sent once the lane's jobs are handed out
 
 
-class DispatchMixin(WorkerBase):
+class DispatchMixin(PauseMixin):
     def _budget(self) -> int:
         """Jobs this worker may still claim (max_jobs)."""
         return 1 << 30 if self.max_jobs is None else self.max_jobs - self._claimed
@@ -58,16 +60,20 @@ class DispatchMixin(WorkerBase):
                     for entry, _ in outcomes:
                         entry.writing = True
                 reports = [self._write_failure(r, o) for r, o in outcomes if not o.ok]
+                if not self.stopping.is_set():
+                    self._held(lane)  # the paused queues this cycle leaves out
                 with self._lock:
                     free = (
-                        0 if self.stopping.is_set() else max(0, min(lane.slots - lane.busy, self._budget()))
+                        0
+                        if self.stopping.is_set() or lane.paused
+                        else max(0, min(lane.slots - lane.busy, self._budget()))
                     )
                     self._claimed += free
                 jobs, done = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
                 with self._lock:
                     self._claimed -= free - len(jobs)
-                with lane.cond:
-                    lane.idle = free > 0 and len(jobs) < free
+                with lane.cond:  # a paused lane waits for a wake-up or the poll, as one that found nothing
+                    lane.idle = lane.paused or (free > 0 and len(jobs) < free)
                 self._hand_out(lane, jobs)
                 for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
                     report()
@@ -77,15 +83,20 @@ class DispatchMixin(WorkerBase):
     def _cycle(
         self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int
     ) -> tuple[list[Job], list[Report]]:
-        """Write the successes and claim up to ``limit`` jobs, in one statement."""
+        """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues), in one
+        statement; none when there is nothing to write or claim (a paused lane's wake-up)."""
         lease = jobq_settings().lease_seconds
         to_write = [(r, o) for r, o in successes if not o.committed]  # atomic tasks wrote their own DONE
         done = [(r.job.id, o.fence, o.result_json or "null") for r, o in to_write]
+        exclude = lane.exclude if lane.claims is not None else (*lane.exclude, *lane.held)
+        completed: set[int] = set()
+        jobs: list[Job] = []
         try:
-            Job.objects.bound_statements()
-            completed, jobs = Job.objects.complete_and_claim(
-                self.worker_id, done, limit, lane.claims, lease, exclude=lane.exclude
-            )
+            if done or limit:
+                Job.objects.bound_statements()
+                completed, jobs = Job.objects.complete_and_claim(
+                    self.worker_id, done, limit, lane.claims, lease, exclude=exclude
+                )
         except DatabaseError as exc:
             connections[jobq_settings().database].close()
             jobs = []

@@ -58,7 +58,8 @@ class Running:
 @dataclass(eq=False)
 class Lane:
     """One queue served by its own pool of slots, so a saturated lane never starves another.
-    ``cond`` guards busy, outcomes, idle and woken; the worker's lock guards ``current``."""
+    ``cond`` guards busy, outcomes, idle and woken; the worker's lock guards ``current``; ``held`` is
+    written by the lane's dispatcher only."""
 
     queue: str  # or ALL_QUEUES
     slots: int
@@ -67,6 +68,7 @@ class Lane:
     outcomes: list[tuple[Running, Outcome]] = field(default_factory=list)  # finished, not yet written
     idle: bool = False  # the last claim found less than it asked for: wait for a wake-up or the poll
     woken: bool = False  # a notification arrived
+    held: tuple[str, ...] = ()  # the paused queues its last cycle left out (a named lane: its own)
     work: SimpleQueue[Running | None] = field(default_factory=SimpleQueue)
     cond: threading.Condition = field(default_factory=threading.Condition)
     done: threading.Event = field(default_factory=threading.Event)
@@ -77,6 +79,11 @@ class Lane:
     def claims(self) -> str | None:
         """The queue this lane claims from; None for every queue but ``exclude``."""
         return None if self.queue == ALL_QUEUES else self.queue
+
+    @property
+    def paused(self) -> bool:
+        """A named lane whose queue is paused: it claims nothing, and still writes what finishes."""
+        return self.claims is not None and bool(self.held)
 
     def stuck(self) -> int:
         """Slots still inside a job function the watchdog has already timed out."""

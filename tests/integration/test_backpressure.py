@@ -9,7 +9,7 @@ from django.db import connection, connections
 from django_jobq import QueueFull
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, QueueState
-from django_jobq.sql import postgres
+from django_jobq.sql import POSTGRES as postgres
 from tests.conftest import plan_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -22,7 +22,7 @@ from django_jobq.conf import jobq_settings
 from django_jobq.dedupe import MAX_MARK_BATCHES, afirst_seen, first_seen, prune_expired_marks
 from django_jobq.models import InboundMark, Job
 from django_jobq.reaper import Reaper
-from django_jobq.sql import postgres
+from django_jobq.sql import POSTGRES as postgres
 from django_jobq.validation import MAX_SECONDS
 from tests.conftest import ROOT, explain, plan_nodes, run_module, wait_until
 from tests.integration.test_readme import readme_blocks

@@ -12,7 +12,7 @@ from django.db import connection, connections
 from django_jobq import InvalidJob
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
-from django_jobq.sql import postgres
+from django_jobq.sql import POSTGRES as postgres
 from tests.conftest import explain, plan_nodes, run_module
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

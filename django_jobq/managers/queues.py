@@ -1,0 +1,37 @@
+"""Per-queue state: pausing and resuming a queue, and which queues are paused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import validation
+from ..conf import jobq_settings
+from ..listener import STATE_CHANGED
+from .base import BaseJobManager
+
+
+class QueueStateManager(BaseJobManager):
+    def pause_queue(self, name: str, *, by: str | None = None) -> bool:
+        """Stop workers claiming from queue ``name`` (within one poll interval; at once where they
+        LISTEN). Jobs running go on and finish; enqueue still works. True if it was not paused.
+        ``by``: who pauses it (a username...), kept with the state; "api" when not given."""
+        return bool(self._execute(self._sql().PAUSE_QUEUE, self._state_params(name, by)))
+
+    def resume_queue(self, name: str, *, by: str | None = None) -> bool:
+        """Let workers claim from queue ``name`` again; True if it was paused."""
+        return bool(self._execute(self._sql().RESUME_QUEUE, self._state_params(name, by)))
+
+    def paused_queues(self) -> list[str]:
+        """The names of the paused queues, sorted."""
+        return [row[0] for row in self._execute(self._sql().PAUSED_QUEUES, {})]
+
+    @staticmethod
+    def _state_params(name: str, by: str | None) -> dict[str, Any]:
+        conf = jobq_settings()
+        return {
+            "name": validation.queue(name),
+            "by": "api" if by is None else validation.string(by, "by", validation.MAX_NAME_LENGTH),
+            "notify": conf.notify,
+            "channel": conf.notify_channel,
+            "payload": STATE_CHANGED,
+        }
