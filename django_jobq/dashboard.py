@@ -18,6 +18,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from .conf import jobq_settings
+from .dashboard_text import WORKERS_RECENT_SECONDS
+from .dashboard_text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
+from .dashboard_text import format_table as format_table  # re-exported: dashboard.format_table
 from .models import Job, JobStatus
 from .sql import statements_for
 from .sql import stats as sql
@@ -26,8 +29,8 @@ from .tasks import registered_tasks
 # DONE jobs are counted while there are at most this many (a pass over at most that many rows); above
 # it their number comes from the planner's statistics.
 EXACT_LIMIT = 10_000
-# Workers whose heartbeat is older than this are not listed; at most WORKERS_LIMIT are.
-WORKERS_RECENT_SECONDS = 600
+# Workers whose heartbeat is older than WORKERS_RECENT_SECONDS (dashboard_text) are not listed; at
+# most WORKERS_LIMIT are.
 WORKERS_LIMIT = 50
 # A worker is "alive" while its last heartbeat is younger than this many heartbeat intervals.
 ALIVE_HEARTBEATS = 3
@@ -51,6 +54,8 @@ class QueueFigures:
     dead_5m: int = 0  # jobs that went DEAD (failed for good) in the last 5 minutes
     dead_60m: int = 0  # ... in the last 60 minutes
     paused: bool = False  # workers claim nothing from it (Job.objects.pause_queue)
+    max_depth: int | None = None  # JOBQ["QUEUES"][queue]["MAX_DEPTH"]: pending against it
+    max_running: int | None = None  # JOBQ["QUEUES"][queue]["MAX_RUNNING"]: running against it
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,6 +183,8 @@ def snapshot(*, exact: bool = False) -> Snapshot:
     paused = tuple(PausedQueue(queue=q, since=at, by=by) for q, at, by in _run(connection, sql.PAUSED))
     for p in paused:  # a paused queue is listed even without jobs, so that it can be resumed
         figures[p.queue]["paused"] = True
+    for name, options in jobq_settings().queues.items():  # a configured queue, with its limits
+        figures[name].update(max_depth=options.max_depth, max_running=options.max_running)
     queues = tuple(QueueFigures(queue=queue, **figures[queue]) for queue in sorted(figures))
     throughput = tuple(
         Minute(ago=ago, done=buckets[ago, JobStatus.DONE], dead=buckets[ago, JobStatus.DEAD])
@@ -266,61 +273,6 @@ def filter_names(limit: int = 500) -> tuple[list[str], list[str]]:
     return sorted(queues), sorted(tasks)
 
 
-def format_table(snap: Snapshot) -> str:
-    """The snapshot as plain text: one line per queue, a total line, then the workers."""
-    approx = "~" if snap.done_estimated else ""
-    header = (
-        "queue", "pending", "due", "lag", "running", "expired", "dead", "done", "done 5m", "done 60m",
-        "dead 5m", "dead 60m",
-    )  # fmt: skip
-    lines = [header]
-    for q in (*snap.queues, snap.total):
-        done = "?" if q.done is None else f"{approx}{q.done}"
-        name = (q.queue + " (paused)" if q.paused else q.queue) or "(all)"
-        lines.append(
-            (
-                name, str(q.pending), str(q.due), format_seconds(q.lag), str(q.running), str(q.expired),
-                str(q.dead), done, str(q.done_5m), str(q.done_60m), str(q.dead_5m), str(q.dead_60m),
-            )
-        )  # fmt: skip
-    out = [f"django-jobq at {snap.now.isoformat(timespec='seconds')}", *_columns(lines)]
-    if snap.done_estimated:
-        out.append("~ DONE counts are planner estimates (jobq_stats --exact counts them)")
-    if snap.unserved:
-        out.append(f"! due jobs and no live worker serving: {', '.join(snap.unserved)}")
-    for p in snap.paused:
-        out.append(f"paused: {p.queue} since {p.since.isoformat(timespec='seconds')} by {p.by or '?'}")
-    out.append("")
-    if snap.workers:
-        rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]
-        for w in snap.workers:
-            lanes = ",".join(
-                f"{queue}:{slots}" + (f"({w.stuck[queue]} stuck)" if w.stuck.get(queue) else "")
-                for queue, slots in sorted(w.lanes.items())
-            )
-            seen = f"{format_seconds(w.silent_for)} ago"
-            rows.append((w.worker_id, w.state, w.hostname, str(w.pid), lanes, str(w.running), seen))
-        out += _columns(rows)
-    else:
-        out.append(f"no worker seen in the last {WORKERS_RECENT_SECONDS // 60} minutes")
-    return "\n".join(out)
-
-
-def format_seconds(seconds: float | None) -> str:
-    """A short duration: "-", "42s", "7m05s", "3h12m", "2d04h"."""
-    if seconds is None:
-        return "-"
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-# -- helpers ---------------------------------------------------------------------------------------------
 def _run(connection: BaseDatabaseWrapper, statement: str, **params: Any) -> list[tuple[Any, ...]]:
     params["now"] = timezone.now() if jobq_settings().clock == "python" else None
     with connection.cursor() as cursor:
@@ -347,6 +299,8 @@ def _total(queues: Sequence[QueueFigures]) -> QueueFigures:
             sums[name] = None if None in values else sum(values)
         elif name == "paused":
             sums[name] = False
+        elif name in ("max_depth", "max_running"):  # limits are per queue
+            sums[name] = None
         else:
             sums[name] = sum(values)
     return QueueFigures(**sums)
@@ -378,17 +332,6 @@ def _workers(connection: BaseDatabaseWrapper) -> tuple[WorkerFigures, ...]:
             )
         )
     return tuple(workers)
-
-
-def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]
 
 
 def _jsonable(value: Any) -> Any:

@@ -193,3 +193,21 @@ def test_a_worker_whose_lane_is_all_stuck_shows_as_stuck():
     out = StringIO()
     call_command("jobq_stats", stdout=out)
     assert "default:2(2 stuck)" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stats_show_depth_and_running_against_their_limits(settings):
+    from django.core.management import call_command
+
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_DEPTH": 100, "MAX_RUNNING": 4}}}
+    Job.objects.enqueue("test.noop", queue="capped")
+    Job.objects.enqueue("test.noop", queue="capped")
+    Job.objects.claim("w1", queues=["capped"])
+    out = StringIO()
+    call_command("jobq_stats", stdout=out)
+    line = next(line for line in out.getvalue().splitlines() if line.startswith("capped"))
+    assert "1/100" in line and "1/4" in line
+    out = StringIO()
+    call_command("jobq_stats", "--json", stdout=out)
+    queue = next(q for q in json.loads(out.getvalue())["queues"] if q["queue"] == "capped")
+    assert (queue["pending"], queue["max_depth"], queue["running"], queue["max_running"]) == (1, 100, 1, 4)

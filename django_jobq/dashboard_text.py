@@ -1,0 +1,85 @@
+"""The dashboard's figures as plain text, for ``manage.py jobq_stats`` and the admin's labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .dashboard import Snapshot
+
+WORKERS_RECENT_SECONDS = 600  # workers whose heartbeat is older than this are not listed
+
+
+def format_table(snap: Snapshot) -> str:
+    """The snapshot as plain text: one line per queue, a total line, then the workers."""
+    approx = "~" if snap.done_estimated else ""
+    header = (
+        "queue", "pending", "due", "lag", "running", "expired", "dead", "done", "done 5m", "done 60m",
+        "dead 5m", "dead 60m",
+    )  # fmt: skip
+    lines = [header]
+    for q in (*snap.queues, snap.total):
+        done = "?" if q.done is None else f"{approx}{q.done}"
+        name = (q.queue + " (paused)" if q.paused else q.queue) or "(all)"
+        lines.append(
+            (
+                name, _of(q.pending, q.max_depth), str(q.due), format_seconds(q.lag), _of(q.running, q.max_running),
+                str(q.expired),
+                str(q.dead), done, str(q.done_5m), str(q.done_60m), str(q.dead_5m), str(q.dead_60m),
+            )
+        )  # fmt: skip
+    out = [f"django-jobq at {snap.now.isoformat(timespec='seconds')}", *_columns(lines)]
+    if snap.done_estimated:
+        out.append("~ DONE counts are planner estimates (jobq_stats --exact counts them)")
+    if snap.unserved:
+        out.append(f"! due jobs and no live worker serving: {', '.join(snap.unserved)}")
+    for p in snap.paused:
+        out.append(f"paused: {p.queue} since {p.since.isoformat(timespec='seconds')} by {p.by or '?'}")
+    out.append("")
+    if snap.workers:
+        rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]
+        for w in snap.workers:
+            lanes = ",".join(
+                f"{queue}:{slots}" + (f"({w.stuck[queue]} stuck)" if w.stuck.get(queue) else "")
+                for queue, slots in sorted(w.lanes.items())
+            )
+            seen = f"{format_seconds(w.silent_for)} ago"
+            rows.append((w.worker_id, w.state, w.hostname, str(w.pid), lanes, str(w.running), seen))
+        out += _columns(rows)
+    else:
+        out.append(f"no worker seen in the last {WORKERS_RECENT_SECONDS // 60} minutes")
+    return "\n".join(out)
+
+
+def _of(figure: int, limit: int | None) -> str:
+    """A figure against its limit: "12/1000"."""
+    return str(figure) if limit is None else f"{figure}/{limit}"
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A short duration: "-", "42s", "7m05s", "3h12m", "2d04h"."""
+    if seconds is None:
+        return "-"
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
