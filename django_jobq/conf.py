@@ -13,7 +13,9 @@ from django.dispatch import receiver
 from .exceptions import ConfigurationError
 
 DAY = 24 * 3600
+MAX_PAYLOAD_BYTES = 256 * 1024
 QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING", "RATE_LIMIT")  # the keys a JOBQ["QUEUES"] entry may have
+SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +52,64 @@ class QueueOptions:
         )
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleOptions:
+    """One entry of JOBQ["SCHEDULES"], checked except for its task (the registry fills later: the
+    system check jobq.E006 looks the task up)."""
+
+    name: str
+    task: str
+    cron: str | None = None  # a 5-field cron expression, normalised; or
+    at: str | None = None  # a daily "HH:MM" time, normalised
+    timezone: str | None = None  # IANA name; None: JOBQ["TIMEZONE"], then settings.TIME_ZONE
+    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
+    queue: str | None = None  # None: the task's queue
+    priority: int | None = None  # None: the task's priority
+    missed: str = "skip"  # "skip", "latest" or "backfill:N"
+    enabled: bool = True
+
+    @classmethod
+    def parse(cls, name: Any, raw: Any, max_payload_bytes: int) -> ScheduleOptions:
+        from . import cron, ticks, validation
+        from .exceptions import InvalidJob
+
+        where = f'JOBQ["SCHEDULES"][{name!r:.120}]'
+        try:
+            ticks.validate_name(name)
+            if not isinstance(raw, dict):
+                raise InvalidJob(f"must be a dict of {', '.join(SCHEDULE_OPTIONS)}")
+            unknown = sorted(str(key) for key in raw if key not in SCHEDULE_OPTIONS)
+            if unknown:
+                raise InvalidJob(f"unknown option(s) {', '.join(unknown)}")
+            if ("CRON" in raw) == ("AT" in raw):
+                raise InvalidJob('give exactly one of "CRON" (a cron expression) and "AT" ("HH:MM")')
+            spec = cron.validate_spec(raw.get("CRON", raw.get("AT")))
+            if ("AT" in raw) != (":" in spec):
+                key = "AT" if "AT" in raw else "CRON"
+                raise InvalidJob(f'"{key}" {spec!r}: CRON takes a cron expression, AT a daily "HH:MM"')
+            zone = raw.get("TIMEZONE")
+            payload = raw.get("PAYLOAD", {})
+            validation.payload_json(payload, max_payload_bytes)
+            queue, priority = raw.get("QUEUE"), raw.get("PRIORITY")
+            enabled = raw.get("ENABLED", True)
+            if not isinstance(enabled, bool):
+                raise InvalidJob(f'"ENABLED" must be True or False, not {enabled!r:.100}')
+            return cls(
+                name=name,
+                task=validation.name(raw.get("TASK"), "TASK"),
+                cron=None if "AT" in raw else spec,
+                at=spec if "AT" in raw else None,
+                timezone=None if zone is None else cron.validate_timezone(zone),
+                payload=payload,
+                queue=None if queue is None else validation.queue(queue),
+                priority=None if priority is None else validation.priority(priority),
+                missed=ticks.parse_missed(raw.get("MISSED", "skip")).text,
+                enabled=enabled,
+            )
+        except InvalidJob as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
+
+
 def rate_setting(text: Any, where: str) -> tuple[int, float]:
     """A rate limit string ("100/m") as (count, seconds); ConfigurationError when it is not one."""
     from .exceptions import InvalidJob
@@ -73,7 +133,7 @@ class JobqSettings:
     backoff_base: float = 5  # first retry ceiling in seconds; doubles per attempt
     backoff_cap: float = 600  # retry delay ceiling in seconds
     short_retry_seconds: float = 10  # retries due within this delay run again in the same slot
-    max_payload_bytes: int = 256 * 1024  # serialised payload limit
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES  # serialised payload limit
     max_result_bytes: int = 1024 * 1024  # serialised result limit: a bigger result sends the job DEAD
     error_history: int = 10  # failed attempts whose error each job keeps (error_count counts them all)
     free_releases: int = 3  # shutdown releases per job that do not use up an attempt
@@ -94,6 +154,9 @@ class JobqSettings:
     reap_interval: float = 5.0  # seconds between reaper passes
     prepared_statements: bool = True  # prepare the queue's statements on the server (off for old poolers)
     queues: dict[str, QueueOptions] = dataclasses.field(default_factory=dict)  # per-queue flow control
+    timezone: str | None = None  # schedules' default IANA zone; None: settings.TIME_ZONE
+    schedules: dict[str, ScheduleOptions] = dataclasses.field(default_factory=dict)  # name -> schedule
+    schedule_grace_seconds: float = 60  # a tick published later than this after its time is missed
 
     def caps(self) -> dict[str, int]:
         """Queue name -> MAX_RUNNING, for the capped queues."""
@@ -120,6 +183,7 @@ class JobqSettings:
             "error_history",
             "statement_timeout",
             "lock_timeout",
+            "schedule_grace_seconds",
         ]
         for name in positive:
             value = getattr(self, name)
@@ -186,6 +250,22 @@ class JobqSettings:
             if not isinstance(values["queues"], dict):
                 raise ConfigurationError('JOBQ["QUEUES"] must be a dict: queue name -> options')
             values["queues"] = {name: QueueOptions.parse(name, raw) for name, raw in values["queues"].items()}
+        if "schedules" in values:
+            if not isinstance(values["schedules"], dict):
+                raise ConfigurationError('JOBQ["SCHEDULES"] must be a dict: schedule name -> options')
+            limit = values.get("max_payload_bytes", MAX_PAYLOAD_BYTES)
+            limit = limit if isinstance(limit, int) and limit > 0 else MAX_PAYLOAD_BYTES  # checked below
+            values["schedules"] = {
+                name: ScheduleOptions.parse(name, entry, limit) for name, entry in values["schedules"].items()
+            }
+        if values.get("timezone") is not None:
+            from . import cron
+            from .exceptions import InvalidJob
+
+            try:
+                cron.validate_timezone(values["timezone"])
+            except InvalidJob as exc:
+                raise ConfigurationError(f'JOBQ["TIMEZONE"]: {exc}') from None
         return cls(**values)
 
 

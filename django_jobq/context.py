@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,9 +15,18 @@ class JobContext:
     max_attempts: int
     worker_id: str
     fence: int  # this run's fencing token
+    dedupe_key: str | None = None  # the job's dedupe key ("schedule:NAME:TICK" for a schedule's job)
     # Runs the writes below on the worker's own connection, outside the task's transaction (so a task
     # inside transaction.atomic() never holds its job row locked against heartbeats and the reaper).
     side_write: Callable[[Callable[[], bool]], bool] | None = None
+
+    @property
+    def scheduled_for(self) -> dt.datetime | None:
+        """The tick (aware, UTC) a schedule's job was published for, or when it was run now from the
+        admin; None for a job no schedule published."""
+        from .ticks import tick_of
+
+        return tick_of(self.dedupe_key)
 
     def set_progress(self, done: float, total: float | None = None) -> bool:
         """Record progress (shown by the admin); False if this run no longer owns the job."""

@@ -1,8 +1,8 @@
 """JobManager: each public operation runs one named statement from django_jobq.sql.
 
 Split by concern: producing (enqueue), consuming (claim and the fenced writes of a worker), waiting
-(wait_for), maintenance (reap, requeue, prune, counts) and queue state (pause, resume); the async
-twins are derived here with sync_to_async.
+(wait_for), maintenance (reap, requeue, prune, counts), queue state (pause, resume) and the
+scheduler's statements (schedules); the async twins are derived here with sync_to_async.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from .consuming import ConsumerManager, result_json
 from .maintenance import MaintenanceManager
 from .producing import NewJob, ProducerManager
 from .queues import QueueStateManager
+from .schedules import ScheduleStatementsManager
 from .waiting import WaitingManager
 
 if TYPE_CHECKING:
@@ -23,7 +24,14 @@ if TYPE_CHECKING:
 __all__ = ["JobManager", "NewJob", "result_json"]
 
 
-class JobManager(ProducerManager, ConsumerManager, WaitingManager, MaintenanceManager, QueueStateManager):
+class JobManager(
+    ProducerManager,
+    ConsumerManager,
+    WaitingManager,
+    MaintenanceManager,
+    QueueStateManager,
+    ScheduleStatementsManager,
+):
     async def aenqueue(self, *args: Any, **kwargs: Any) -> int | None:
         return await sync_to_async(self.enqueue)(*args, **kwargs)
 

@@ -3,7 +3,8 @@
 The PostgreSQL engine is one namespace gathered from modules split by concern: postgres (the job's
 transitions and maintenance), postgres_enqueue (inserting jobs and the dedupe rule), postgres_depth
 (MAX_DEPTH), postgres_pick (the claim's selection), postgres_inbound (first_seen), postgres_queues
-(pause), postgres_workers (worker records, maintenance leases, timeouts). A name defined twice is an
+(pause), postgres_workers (worker records, maintenance leases, timeouts), postgres_schedules
+(the scheduler's passes and the settings sync). A name defined twice is an
 error at import.
 """
 
@@ -19,6 +20,7 @@ from . import (
     postgres_enqueue,
     postgres_inbound,
     postgres_queues,
+    postgres_schedules,
     postgres_workers,
 )
 
@@ -36,7 +38,13 @@ def _engine(*modules: ModuleType) -> Any:
 
 
 POSTGRES = _engine(
-    postgres, postgres_depth, postgres_enqueue, postgres_inbound, postgres_queues, postgres_workers
+    postgres,
+    postgres_depth,
+    postgres_enqueue,
+    postgres_inbound,
+    postgres_queues,
+    postgres_schedules,
+    postgres_workers,
 )
 
 

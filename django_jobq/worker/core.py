@@ -3,7 +3,7 @@ and claims as many new ones as there are free slots in a single statement (leavi
 out); a heartbeat that renews every lease in one statement; LISTEN wake-ups; a graceful drain.
 
 Threads: one dispatcher and N slot threads per lane, one heartbeat, one side writer, one listener
-(and optionally an embedded reaper). Each uses its own database connection.
+(and optionally an embedded reaper and scheduler). Each uses its own database connection.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .slots import SlotMixin
 
 if TYPE_CHECKING:
     from ..reaper import Reaper
+    from ..scheduler import Scheduler
 
 logger = logging.getLogger("django_jobq")
 
@@ -49,6 +50,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         poll_interval: float | None = None,
         listen: bool | None = None,
         reaper: Reaper | None = None,
+        scheduler: Scheduler | None = None,
     ):
         conf = jobq_settings()
         if problem := conf.lease_problem():
@@ -72,6 +74,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.poll_interval = conf.poll_interval if poll_interval is None else poll_interval
         self.listen = conf.notify if listen is None else listen
         self.reaper = reaper
+        self.scheduler = scheduler
         self.stopping = threading.Event()
         self.abandon = threading.Event()
         self.hard = threading.Event()
@@ -144,6 +147,8 @@ class Worker(HeartbeatMixin, SlotMixin):
             self.listener.start()
         if self.reaper is not None:
             self._spawn("jobq-reaper", self.reaper.run, self.finished)
+        if self.scheduler is not None:
+            self._spawn("jobq-scheduler", self.scheduler.run, self.finished)
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
         def main() -> None:

@@ -200,6 +200,7 @@ class SlotRunner:
                 JobContext(
                     job_id=job.id, task=job.task, attempt=attempt, max_attempts=job.max_attempts,
                     worker_id=self.worker_id, fence=fence, side_write=self.side_write,
+                    dedupe_key=job.dedupe_key,
                 ),
             )  # fmt: skip
         task.check_call(job.payload, *args)

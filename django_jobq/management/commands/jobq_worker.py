@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.reaper import Reaper
+from django_jobq.scheduler import Scheduler
 from django_jobq.worker import Worker, parse_lanes
 
 
@@ -29,6 +30,9 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-listen", action="store_true", help="poll only; no LISTEN/NOTIFY wake-ups")
         parser.add_argument("--reap", action="store_true", help="also run the reaper in this process")
+        parser.add_argument(
+            "--scheduler", action="store_true", help="also publish due schedules in this process"
+        )
         parser.add_argument("--worker-id", default=None, help="default: host:pid:random")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -42,6 +46,7 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 listen=not options["no_listen"],
                 reaper=Reaper() if options["reap"] else None,
+                scheduler=Scheduler() if options["scheduler"] else None,
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc

@@ -1,0 +1,36 @@
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_jobq.exceptions import ConfigurationError
+from django_jobq.scheduler import Scheduler
+
+
+class Command(BaseCommand):
+    help = "Publish the due ticks of every schedule; each tick once, however many schedulers run."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="sync and one pass, then exit (for cron)")
+        parser.add_argument(
+            "--interval", type=float, default=None, help="seconds between passes (default: 1)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            scheduler = Scheduler(interval=options["interval"])
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["once"]:
+            scheduler.sync()
+            result = scheduler.run_once()
+            self.stdout.write(
+                f"published {result.jobs} job(s) for {len(result.published)} schedule(s)"
+                f", started {len(result.started)}, failed {len(result.failed)}"
+            )
+            return
+        stopping = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+        scheduler.run(stopping)

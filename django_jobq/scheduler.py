@@ -1,0 +1,156 @@
+"""The scheduler: publishes each due tick of every schedule once, however many replicas run.
+
+A pass is one transaction on the queue's database: it locks the due schedules (FOR UPDATE SKIP
+LOCKED: replicas split the rows and never wait on each other), works out in Python which ticks to
+publish under each schedule's missed-tick policy (django_jobq.ticks over django_jobq.cron), records
+those ticks in jobq_schedule_tick, whose primary key (schedule, tick) refuses a tick recorded before,
+enqueues one job per newly recorded tick through the manager's enqueue (the usual checks; dedupe key
+"schedule:NAME:TICK"), and moves every next_run_at to the first tick after the pass's clock.
+Everything commits together or not at all: a crash mid-pass leaves neither a job nor a tick.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from django.db import Error as DatabaseError
+from django.db import connections, transaction
+from django.utils import timezone
+
+from . import cron, ticks
+from .conf import jobq_settings
+from .exceptions import ConfigurationError, JobqError
+from .managers.schedules import DueSchedule
+from .models import Job, Schedule
+
+logger = logging.getLogger("django_jobq")
+
+DEFAULT_INTERVAL = 1.0  # seconds between passes of the long-running loop
+BATCH = 500  # schedules locked per transaction; a pass repeats until fewer are due
+MAX_BATCHES = 20  # per pass, so one pass never runs unbounded
+TICK_RETENTION_SECONDS = 35 * 24 * 3600  # how long a published tick is remembered
+
+
+@dataclass(slots=True)
+class PassResult:
+    published: dict[str, list[dt.datetime]] = field(default_factory=dict)  # name -> ticks, oldest first
+    job_ids: list[int] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)  # schedules given their first next_run_at
+    failed: dict[str, str] = field(default_factory=dict)  # name -> why its job could not be enqueued
+
+    @property
+    def jobs(self) -> int:
+        return len(self.job_ids)
+
+
+class Scheduler:
+    """Publishes due ticks: run_once() for one pass, run() until stopped; sync() writes the settings'
+    schedules into the table (run() does it at start-up)."""
+
+    def __init__(self, *, interval: float | None = None, batch: int = BATCH) -> None:
+        self.interval = DEFAULT_INTERVAL if interval is None else interval
+        if not self.interval > 0 or not 1 <= batch <= 10_000:
+            raise ConfigurationError("the scheduler's interval must be positive and its batch 1..10000")
+        self.batch = batch
+
+    @property
+    def grace(self) -> dt.timedelta:
+        """How late a tick may be published and still count as on time: JOBQ["SCHEDULE_GRACE_SECONDS"],
+        at least two intervals (a tick is always seen on time by a loop that keeps running)."""
+        return dt.timedelta(seconds=max(jobq_settings().schedule_grace_seconds, 2 * self.interval))
+
+    def sync(self) -> None:
+        """Write JOBQ["SCHEDULES"] into the table (unchanged rows untouched; removed ones disabled)."""
+        Job.objects.bound_statements()
+        with transaction.atomic(using=jobq_settings().database):
+            written, disabled = Job.objects.sync_schedules(jobq_settings().schedules.values())
+        if written or disabled:
+            logger.info("scheduler: settings schedules written %s, disabled %s", written, disabled)
+
+    def run_once(self) -> PassResult:
+        """Publish every due tick (repeating while a full batch was due) and advance the schedules."""
+        Job.objects.bound_statements()
+        result = PassResult()
+        for _ in range(MAX_BATCHES):
+            with transaction.atomic(using=jobq_settings().database):
+                due = Job.objects.due_schedules(self.batch)
+                self._publish(due, result)
+            if len(due) < self.batch:
+                break
+        return result
+
+    def _publish(self, due: list[DueSchedule], result: PassResult) -> None:
+        conf, names = jobq_settings(), []
+        moves: list[tuple[int, dt.datetime, dt.datetime | None]] = []
+        for schedule in due:
+            zone = ticks.zone_for(schedule.timezone, conf.timezone)
+            try:
+                following = cron.next_run(schedule.spec, schedule.now, zone)
+                if schedule.next_run_at is None:  # new, edited or re-enabled: from its next tick after now
+                    moves.append((schedule.id, following, None))
+                    result.started.append(schedule.name)
+                    continue
+                policy = ticks.parse_missed(schedule.missed)
+                wanted = ticks.due_ticks(
+                    schedule.spec, zone, schedule.next_run_at, schedule.now, policy, self.grace
+                )
+                with transaction.atomic(using=conf.database):  # a savepoint: one schedule's failure
+                    published = self._enqueue(schedule, wanted, result)
+            except JobqError as exc:
+                # Left due: retried on the next pass, until its ticks are missed under its policy.
+                logger.error("scheduler: schedule %s could not publish: %s", schedule.name, exc)
+                result.failed[schedule.name] = str(exc)
+                continue
+            moves.append((schedule.id, following, published[-1] if published else None))
+            if published:
+                names.append(schedule.name)
+                result.published[schedule.name] = published
+        Job.objects.advance_schedules(moves)
+        Job.objects.prune_ticks(names, TICK_RETENTION_SECONDS)
+
+    @staticmethod
+    def _enqueue(schedule: DueSchedule, wanted: list[dt.datetime], result: PassResult) -> list[dt.datetime]:
+        recorded = Job.objects.record_ticks(schedule.name, wanted)
+        jobs: dict[dt.datetime, int | None] = {}
+        for tick in recorded:
+            jobs[tick] = job_id = Job.objects.enqueue(
+                schedule.task,
+                schedule.payload,
+                queue=schedule.queue,
+                priority=schedule.priority,
+                dedupe_key=ticks.tick_key(schedule.name, tick),
+            )
+            if job_id is not None:
+                result.job_ids.append(job_id)
+        Job.objects.set_tick_jobs(schedule.name, jobs)
+        return recorded
+
+    def run(self, stopping: threading.Event) -> None:
+        """Sync the settings' schedules, then pass every ``interval`` until ``stopping`` is set."""
+        synced = False
+        while not stopping.is_set():
+            try:
+                if not synced:
+                    self.sync()
+                    synced = True
+                self.run_once()
+            except DatabaseError as exc:
+                logger.warning("scheduler: database error (%s); retrying", exc)
+                connections[jobq_settings().database].close()
+            stopping.wait(self.interval)
+
+
+def run_now(schedule: Schedule) -> int | None:
+    """Enqueue one job of ``schedule`` now, outside its ticks (next_run_at stays); the job's id, or
+    None if one was already run now this second. Its dedupe key is "schedule:NAME:now:TIME"."""
+    now = timezone.now().replace(microsecond=0)
+    return Job.objects.enqueue(
+        schedule.task,
+        schedule.payload,
+        queue=schedule.queue,
+        priority=schedule.priority,
+        dedupe_key=ticks.tick_key(f"{schedule.name}:now", now),
+    )
