@@ -1,15 +1,16 @@
-"""The admin: jobs (read-only), dead letters, workers and the queue dashboard.
+"""The admin: jobs (read-only), dead letters, workers, the queue dashboard and schedules.
 
 Jobs are never edited through a form: a form save writes every column and would undo a concurrent
 claim. State changes go through the manager's guarded statements (requeue: DEAD -> PENDING only) and a
 guarded delete that never removes a RUNNING job; each is allowed by its own permission and recorded in
 the admin log with what it actually changed.
 
-One module per page: jobs (list and detail), requeue, dead letters, dashboard, workers.
+One module per page: jobs (list and detail), requeue, dead letters, dashboard, workers, schedules.
 """
 
 from .dead_letters import DeadJobAdmin
 from .jobs import JobAdmin
+from .schedules import ScheduleAdmin
 from .workers import WorkerRecordAdmin
 
-__all__ = ["DeadJobAdmin", "JobAdmin", "WorkerRecordAdmin"]
+__all__ = ["DeadJobAdmin", "JobAdmin", "ScheduleAdmin", "WorkerRecordAdmin"]

@@ -54,11 +54,14 @@ FROM unnest(%(ids)s::bigint[], %(nexts)s::timestamptz[], %(lasts)s::timestamptz[
 WHERE s.id = a.id
 """
 
-# prune_ticks: forget the ticks of these schedules older than the retention; the primary key's
-# (schedule, tick) order finds them without a scan. A tick that old is far behind next_run_at.
+# prune_ticks: forget the ticks of these schedules recorded longer ago than the retention. A tick is
+# recorded after its time, so "tick < cutoff" (a range of the primary key's (schedule, tick) order,
+# no scan) holds every row old enough; published_at keeps an old tick back-filled only recently.
 PRUNE_TICKS = f"""
 DELETE FROM jobq_schedule_tick
-WHERE schedule = ANY(%(names)s::text[]) AND tick < {NOW} - make_interval(secs => %(keep)s)
+WHERE schedule = ANY(%(names)s::text[])
+  AND tick < {NOW} - make_interval(secs => %(keep)s)
+  AND published_at < {NOW} - make_interval(secs => %(keep)s)
 """
 
 # sync_schedules: write JOBQ["SCHEDULES"] into the table (source "settings"), in name order so that
