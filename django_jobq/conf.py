@@ -83,10 +83,7 @@ class ScheduleOptions:
                 raise InvalidJob(f"unknown option(s) {', '.join(unknown)}")
             if ("CRON" in raw) == ("AT" in raw):
                 raise InvalidJob('give exactly one of "CRON" (a cron expression) and "AT" ("HH:MM")')
-            spec = cron.validate_spec(raw.get("CRON", raw.get("AT")))
-            if ("AT" in raw) != (":" in spec):
-                key = "AT" if "AT" in raw else "CRON"
-                raise InvalidJob(f'"{key}" {spec!r}: CRON takes a cron expression, AT a daily "HH:MM"')
+            spec = ticks.validate_at(raw["AT"]) if "AT" in raw else ticks.validate_cron(raw["CRON"])
             zone = raw.get("TIMEZONE")
             payload = raw.get("PAYLOAD", {})
             validation.payload_json(payload, max_payload_bytes)

@@ -34,9 +34,9 @@ def clean_schedule(schedule: Schedule) -> None:
     if (schedule.cron is None) == (schedule.at is None):
         errors["cron"] = 'Give either a cron expression or a daily "HH:MM" time (at), exactly one.'
     elif schedule.cron is not None:
-        check("cron", lambda: _spec(schedule, "cron"))
+        check("cron", lambda: setattr(schedule, "cron", ticks.validate_cron(schedule.cron)))
     else:
-        check("at", lambda: _spec(schedule, "at"))
+        check("at", lambda: setattr(schedule, "at", ticks.validate_at(schedule.at)))
     if schedule.timezone is not None:
         check("timezone", lambda: cron.validate_timezone(schedule.timezone))
     check("missed", lambda: ticks.parse_missed(schedule.missed))
@@ -55,13 +55,3 @@ def clean_schedule(schedule: Schedule) -> None:
             check("payload", lambda: task.check_call(schedule.payload))
     if errors:
         raise ValidationError(errors)
-
-
-def _spec(schedule: Schedule, field: str) -> None:
-    """The field's spec normalised in place; a cron expression in "at" (or a time in "cron") refused."""
-    text = cron.validate_spec(getattr(schedule, field))
-    if (field == "at") != (":" in text):
-        raise InvalidJob(
-            f'a daily time goes in "at" ("HH:MM"), a cron expression in "cron" ({text!r} is in {field!r})'
-        )
-    setattr(schedule, field, text)

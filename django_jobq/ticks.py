@@ -126,3 +126,18 @@ def task_problem(task: str, payload: object) -> str | None:
     except JobqError as exc:
         return str(exc)
     return None
+
+
+def validate_cron(value: object) -> str:
+    """A 5-field cron expression, normalised; InvalidJob for anything else (a daily time included)."""
+    text = cron.validate_spec(value)
+    if ":" in text:
+        raise InvalidJob(f'{text!r} is a daily time: it goes in "at", a cron expression in "cron"')
+    return text
+
+
+def validate_at(value: object) -> str:
+    """A daily "HH:MM" time, normalised; InvalidJob for anything else (a cron expression included)."""
+    if isinstance(value, str) and ":" not in value:
+        raise InvalidJob(f"daily time {value!r:.100} must be 'HH:MM' (a cron expression goes in \"cron\")")
+    return cron.validate_spec(value)
