@@ -6,11 +6,12 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 import time_machine
-from django.db import connection
+from django.db import connection, connections
 
 from django_jobq.models import Job, JobStatus, Schedule, ScheduleSource, ScheduleTick
 from django_jobq.scheduler import Scheduler
@@ -193,25 +194,70 @@ def test_six_scheduler_processes_on_the_same_due_ticks_publish_exactly_one_job_p
     env = child_env(TZ="Pacific/Kiritimati")  # the server's zone changes nothing
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "django", "jobq_scheduler", "--once"],
+            [sys.executable, "-m", "tests.scheduler_once", "--batch", "1"],  # one schedule per transaction
             env=env,
             cwd=ROOT,
             text=True,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         for _ in range(6)
     ]
+    assert [proc.stdout.readline() for proc in procs] == ["ready\n"] * 6  # all set up: start together
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     outputs = [proc.communicate(timeout=120) for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * 6, outputs
-    jobs = list(Job.objects.filter(dedupe_key__startswith="schedule:race"))
     year = dt.datetime.now(UTC).year
+    jobs = list(Job.objects.filter(dedupe_key__startswith="schedule:race"))
     assert sorted(job.dedupe_key for job in jobs) == sorted(
         f"schedule:{n}:{year}-01-01T00:00:00Z" for n in names
     )
     assert ScheduleTick.objects.count() == 20
-    published = sum(int(out.split()[1]) for out, _ in outputs)
-    assert published == 20  # the six reports add up to one job per tick
+    assert sum(int(out.split()[1]) for out, _ in outputs) == 20  # the six reports add up to one per tick
+
+
+@pytest.mark.django_db(transaction=True)
+def test_six_scheduler_threads_released_together_publish_exactly_one_job_per_tick():
+    names = [f"threads{n}" for n in range(30)]
+    due_yearly(names)
+    barrier = threading.Barrier(6)
+    results = []
+
+    def replica():
+        try:
+            barrier.wait()
+            results.append(Scheduler(batch=1).run_once())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=replica) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(results) == 6
+    assert sorted(name for result in results for name in result.published) == sorted(names)
+    assert Job.objects.count() == 30 and ScheduleTick.objects.count() == 30
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_skips_schedules_another_pass_holds_without_waiting_for_them():
+    due_yearly(["held", "free"])
+    from django.db import transaction
+
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM jobq_schedule WHERE name = 'held' FOR UPDATE")
+        other = subprocess.run(
+            [sys.executable, "-m", "django", "jobq_scheduler", "--once"],
+            env=child_env(), cwd=ROOT, text=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.startswith("published 1 job(s) for 1 schedule(s)")
+    assert [job.dedupe_key.split(":")[1] for job in Job.objects.all()] == ["free"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobq.exceptions import ConfigurationError
-from django_jobq.scheduler import Scheduler
+from django_jobq.scheduler import BATCH, Scheduler
 
 
 class Command(BaseCommand):
@@ -16,10 +16,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--interval", type=float, default=None, help="seconds between passes (default: 1)"
         )
+        parser.add_argument(
+            "--batch", type=int, default=BATCH, help=f"schedules locked per transaction (default: {BATCH})"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            scheduler = Scheduler(interval=options["interval"])
+            scheduler = Scheduler(interval=options["interval"], batch=options["batch"])
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         if options["once"]:
