@@ -38,6 +38,7 @@ CHROMIUM_ARGS = [
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,
     pytest.mark.p1,
     pytest.mark.skipif(
         not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)"

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import ROOT, child_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.p1]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.p1]
 
 PEERS = ["procrastinate", "pgqueuer", "tasks_db", "ox", "q2"]
 

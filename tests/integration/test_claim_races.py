@@ -36,6 +36,7 @@ def _race(n: int, target) -> list:
     return results
 
 
+@pytest.mark.slow
 def test_processes_drain_every_job_exactly_once():
     total, batch = 600, 7
     ids = Job.objects.enqueue_many(NewJob("test.noop", {"i": i}) for i in range(total))

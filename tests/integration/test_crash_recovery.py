@@ -19,7 +19,12 @@ from django_jobq.reaper import LEASE_NAME, Reaper
 from tests.conftest import child_env, start_worker, wait_until
 from tests.testapp.models import Execution
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.serial,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
 
 FAST_LEASE = {"JOBQ_LEASE_SECONDS": "2", "JOBQ_HEARTBEAT_SECONDS": "0.5", "JOBQ_POLL_INTERVAL": "0.2"}
 

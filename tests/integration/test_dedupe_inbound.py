@@ -75,6 +75,7 @@ def test_32_threads_on_an_expired_mark_exactly_one_renews_it():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_4_processes_at_once_each_key_is_first_exactly_once():
     keys = 300
     procs = [
@@ -310,6 +311,7 @@ def million_marks():
 
 
 @pytest.mark.p1
+@pytest.mark.slow
 def test_plans_with_a_million_marks_use_the_unique_and_the_expiry_index(million_marks):
     plan = explain(postgres.FIRST_SEEN, {"namespace": "bulk", "key": "evt_5", "ttl": 60})
     assert plan["Conflict Arbiter Indexes"] == ["jobq_inbound_pkey"]

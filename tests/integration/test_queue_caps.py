@@ -50,6 +50,7 @@ def stop_all(workers):
 
 
 @pytest.mark.p0
+@pytest.mark.slow
 def test_a_cap_of_two_holds_across_four_worker_processes_of_eight_slots():
     Job.objects.enqueue_many(NewJob("test.sleep", {"seconds": 0.02}, queue="capped") for _ in range(200))
     Job.objects.enqueue_many(NewJob("test.noop", queue="free") for _ in range(200))
@@ -89,6 +90,7 @@ def test_the_cap_holds_between_in_process_workers_and_other_lanes_keep_serving(s
     assert max(sampler.samples) == 1
 
 
+@pytest.mark.slow
 def test_a_killed_capped_worker_frees_its_slot_once_its_job_is_reaped():
     env = {"JOBQ_QUEUES": json.dumps({"capped": {"MAX_RUNNING": 1}}), "JOBQ_LEASE_SECONDS": "2",
            "JOBQ_HEARTBEAT_SECONDS": "0.5", "JOBQ_POLL_INTERVAL": "0.2"}  # fmt: skip

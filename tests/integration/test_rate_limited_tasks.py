@@ -42,6 +42,7 @@ def drain(n_jobs: int, lanes: str, env: dict[str, str] | None = None, **job) -> 
 
 
 @pytest.mark.p0
+@pytest.mark.slow
 def test_a_task_rate_limit_holds_across_two_workers_of_eight_slots():
     starts = drain(60, "*:8", task="test.rate_limited")
     assert most_in_any_second(starts) <= 5 + 5  # the rate, plus the burst of a full bucket
@@ -51,6 +52,7 @@ def test_a_task_rate_limit_holds_across_two_workers_of_eight_slots():
     assert Job.objects.filter(status=JobStatus.PENDING, attempts=0).count() == 60 - len(starts)
 
 
+@pytest.mark.slow
 def test_a_queue_rate_limit_holds_across_workers():
     env = {"JOBQ_QUEUES": json.dumps({"slow": {"RATE_LIMIT": "4/s"}})}
     starts = drain(40, "slow:8", env=env, task="test.record", queue="slow")

@@ -188,6 +188,7 @@ def due_yearly(names: list[str]) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_six_scheduler_processes_on_the_same_due_ticks_publish_exactly_one_job_per_tick():
     names = [f"race{n}" for n in range(20)]
     due_yearly(names)

@@ -153,6 +153,7 @@ def test_bad_arguments_are_refused(args):
 
 @pytest.mark.p0
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_exit_codes_of_the_real_command():
     """The process's own exit status, as a health check (cron, a container probe) sees it."""
     seed()

@@ -49,6 +49,7 @@ class GroupSampler(threading.Thread):
 
 
 @pytest.mark.p0
+@pytest.mark.slow
 def test_task_and_per_key_caps_hold_across_four_worker_processes():
     Job.objects.enqueue_many(NewJob("test.capped") for _ in range(60))
     Job.objects.enqueue_many(

@@ -105,6 +105,7 @@ def test_async_timeout_fails_the_job():
     assert job.status == JobStatus.DEAD and "JobTimeout" in job.last_error
 
 
+@pytest.mark.slow
 def test_sync_timeout_is_enforced_by_the_watchdog(settings):
     jid = Job.objects.enqueue("test.sync_hang", {"seconds": 4})
     started = time.monotonic()

@@ -25,6 +25,7 @@ def short_lease(settings):
 
 
 @pytest.mark.p0
+@pytest.mark.slow
 def test_a_task_holding_a_transaction_never_blocks_its_heartbeat(short_lease, worker_thread):
     jid = Job.objects.enqueue("test.locks_own_row", {"hold": 5})  # longer than the 3 s lease
     worker_thread({"default": 1})
@@ -79,6 +80,7 @@ def test_heartbeats_and_reaps_in_opposite_orders_never_deadlock():
 
 
 @pytest.mark.p0
+@pytest.mark.slow
 def test_each_in_slot_retry_gets_its_own_timeout():
     jid = Job.objects.enqueue("test.slow_flaky", {"seconds": 1.0})  # timeout 1.5 s per attempt
     Worker({"default": 1}, burst=True).run()
@@ -87,6 +89,7 @@ def test_each_in_slot_retry_gets_its_own_timeout():
 
 
 @pytest.mark.p0
+@pytest.mark.slow
 def test_a_longer_lease_asked_by_the_task_survives_heartbeats(short_lease, worker_thread):
     jid = Job.objects.enqueue("test.renews_long", {"seconds": 3.5})
     worker_thread({"default": 1})
@@ -127,6 +130,7 @@ def test_any_notify_channel_wakes_the_worker(settings, worker_thread, channel):
 
 
 @pytest.mark.p1
+@pytest.mark.slow
 def test_a_second_live_worker_with_the_same_id_is_refused(short_lease, worker_thread):
     from django_jobq import ConfigurationError
 
@@ -171,6 +175,7 @@ def test_the_workers_statements_are_bounded_and_the_tasks_are_not(settings):
 
 
 @pytest.mark.p1
+@pytest.mark.slow
 def test_a_lane_whose_every_slot_is_stuck_stops_the_worker_with_a_distinct_status(short_lease):
     Job.objects.enqueue("test.sync_hang", {"seconds": 8})  # timeout 0.5 s, then stuck in time.sleep
     worker = Worker({"default": 1})

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.packaging, pytest.mark.p1]
+pytestmark = [pytest.mark.packaging, pytest.mark.slow, pytest.mark.p1]
 
 # Runs inside the fresh virtualenv, outside this checkout: the installed package must be whole.
 SMOKE = """
