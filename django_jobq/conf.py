@@ -134,6 +134,7 @@ class JobqSettings:
     max_result_bytes: int = 1024 * 1024  # serialised result limit: a bigger result sends the job DEAD
     error_history: int = 10  # failed attempts whose error each job keeps (error_count counts them all)
     free_releases: int = 3  # shutdown releases per job that do not use up an attempt
+    claim_ahead: int = 1  # per slot: jobs a lane claims beyond its free slots while its jobs are short
     statement_timeout: float = 30  # seconds; bounds every statement of the worker's and reaper's own
     lock_timeout: float = 5  # seconds; bounds any row-lock wait of those statements
     strict_tasks: bool = True  # refuse enqueue of task names that are not registered
@@ -192,6 +193,12 @@ class JobqSettings:
             or self.free_releases < 0
         ):
             raise ConfigurationError('JOBQ["FREE_RELEASES"] must be an integer >= 0')
+        if (
+            not isinstance(self.claim_ahead, int)
+            or isinstance(self.claim_ahead, bool)
+            or not 0 <= self.claim_ahead <= 16
+        ):
+            raise ConfigurationError('JOBQ["CLAIM_AHEAD"] must be an integer in [0, 16]')
         if not isinstance(self.error_history, int) or isinstance(self.error_history, bool):
             raise ConfigurationError('JOBQ["ERROR_HISTORY"] must be a positive integer')
         if self.lock_timeout > self.statement_timeout:

@@ -204,6 +204,18 @@ class ConsumerManager(CapManager):
         params = {"worker_id": validation.name(worker_id, "worker_id"), "free": jobq_settings().free_releases}
         return [row[0] for row in self._execute(self._sql().RELEASE, params)]
 
+    def release_unstarted(self, worker_id: str, runs: Sequence[tuple[int, int]]) -> list[int]:
+        """Give back runs (job id, fence) that ``worker_id`` claimed ahead and never started: PENDING
+        at once, in their place, no attempt used; the ids given back."""
+        if not runs:
+            return []
+        params = {
+            "worker_id": validation.name(worker_id, "worker_id"),
+            "ids": [job_id for job_id, _ in runs],
+            "fences": [fence for _, fence in runs],
+        }
+        return [row[0] for row in self._execute(self._sql().RELEASE_UNSTARTED, params)]
+
     def retry_in_slot(
         self, job_id: int, worker_id: str, fence: int, error: Any, lease_seconds: float | None = None
     ) -> tuple[int, int] | None:

@@ -351,6 +351,17 @@ WHERE status = {RUNNING} AND task = ANY(%(tasks)s::text[])
 GROUP BY task, concurrency_key
 """
 
+# release_unstarted: jobs a stopping worker claimed ahead and never started go back to PENDING at once,
+# keeping their run_at (their place in the queue). Nothing ran, so the attempt the claim counted is
+# returned and no release is counted. Fenced like every transition: only runs this worker still owns.
+RELEASE_UNSTARTED = f"""
+UPDATE jobq_job AS j
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1
+FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
+RETURNING j.id
+"""
+
 # snooze: give owned runs back to PENDING without using up an attempt (the claim had counted it),
 # due again after %(delays)s seconds each: a job over a task's cap, or without a rate-limit permit.
 # The fence stays raised (the next claim raises it again), so the run is over for good.

@@ -1,11 +1,13 @@
-"""A lane's dispatcher: writes the lane's finished jobs and claims as many new ones as there are free
-slots (none from a paused queue), in one statement per cycle; hands the claimed jobs to the slots;
-reports outcomes."""
+"""A lane's dispatcher: writes the lane's finished jobs and claims as many new ones as the lane has
+room for (none from a paused queue), in one statement per cycle; hands the claimed jobs to the slots;
+reports outcomes. While the lane's runs are short it claims ahead (JOBQ["CLAIM_AHEAD"] per slot), so
+the next cycle's round trip overlaps the slots' work; a stopping worker gives those back at once."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import queue
 import time
 from collections.abc import Callable
 
@@ -43,11 +45,15 @@ class DispatchMixin(PauseMixin):
             while True:
                 if self.abandon.is_set() or self._lane_finished(lane):
                     return None
+                if self.stopping.is_set() and (lane.unstarted or not lane.work.empty()):
+                    outcomes, lane.outcomes = lane.outcomes, []
+                    return outcomes  # claimed ahead, never started: to give back now
                 if lane.woken:
                     lane.idle = lane.woken = False
                 if lane.idle and time.monotonic() >= poll_at:
                     lane.idle = False  # the safety-net poll
-                can_claim = not self.stopping.is_set() and self._budget() > 0 and lane.busy < lane.slots
+                room = lane.capacity(jobq_settings().claim_ahead) - lane.busy
+                can_claim = not self.stopping.is_set() and self._budget() > 0 and room > 0
                 if lane.outcomes or (can_claim and not lane.idle):
                     outcomes, lane.outcomes = lane.outcomes, []
                     return outcomes
@@ -60,14 +66,14 @@ class DispatchMixin(PauseMixin):
                     for entry, _ in outcomes:
                         entry.writing = True
                 reports = [self._write_failure(r, o) for r, o in outcomes if not o.ok]
-                if not self.stopping.is_set():
+                if self.stopping.is_set():
+                    self._give_back_unstarted(lane)
+                else:
                     self._held(lane)  # the paused queues this cycle leaves out
+                with lane.cond:
+                    room = lane.capacity(jobq_settings().claim_ahead) - lane.busy
                 with self._lock:
-                    free = (
-                        0
-                        if self.stopping.is_set() or lane.paused
-                        else max(0, min(lane.slots - lane.busy, self._budget()))
-                    )
+                    free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
                 jobs, done = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
                 with self._lock:
@@ -161,16 +167,51 @@ class DispatchMixin(PauseMixin):
             )
             return
         default_timeout = jobq_settings().job_timeout
-        now = time.monotonic()
+        jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))  # slots take them in claim order
         for job in jobs:
             task = find_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
-            entry = Running(job, job.fence, job.attempts, lane, now + timeout if timeout else None)
+            entry = Running(job, job.fence, job.attempts, lane, timeout)
             with self._lock:
                 self._running[entry.key] = entry
             with lane.cond:
                 lane.busy += 1
             lane.work.put(entry)
+
+    def _give_back_unstarted(self, lane: Lane) -> None:
+        """Stopping: the jobs claimed ahead that no slot has started go back to PENDING at once, without
+        using up an attempt (left RUNNING if the statement fails: the shutdown's release takes them)."""
+        entries: list[Running] = []
+        while True:
+            try:
+                entry = lane.work.get_nowait()
+            except queue.Empty:
+                break
+            if entry is None:  # a slot's stop sentinel: not ours to take
+                lane.work.put(None)
+                break
+            entries.append(entry)
+        with lane.cond:
+            entries += lane.unstarted
+            lane.unstarted = []
+        if not entries:
+            return
+        runs = [(entry.job.id, entry.fence) for entry in entries]
+        try:
+            released = self._db(lambda: Job.objects.release_unstarted(self.worker_id, runs), attempts=3) or []
+        except DatabaseError as exc:
+            released = []
+            logger.error("worker %s: could not give back claimed-ahead jobs (%s)", self.worker_id, exc)
+        with self._lock:
+            for entry in entries:
+                if self._running.get(entry.key) is entry:
+                    del self._running[entry.key]
+        with lane.cond:
+            lane.busy -= len(entries)
+            lane.cond.notify_all()
+        if released:
+            logger.info("worker %s: gave back %d job(s) claimed ahead and never started: %s",
+                        self.worker_id, len(released), released)  # fmt: skip
 
     def _release_orphans(self, lane: Lane) -> None:
         with self._lock:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 
 ALL_QUEUES = "*"  # a lane serving every queue that no other lane of the worker serves
+SHORT_RUN_SECONDS = 0.05  # a lane claims ahead while its recent runs average less than this
 
 
 def parse_lanes(spec: str, default_slots: int) -> dict[str, int]:
@@ -46,7 +47,8 @@ class Running:
     fence: int
     attempt: int
     lane: Lane
-    deadline: float | None  # monotonic time after which the timeout watchdog fails the job
+    timeout: float | None  # seconds the run may take once started (None: no limit)
+    deadline: float | None = None  # set when a slot starts it: after this, the watchdog fails the job
     timed_out: bool = False
     writing: bool = False  # its outcome is being written: the row may leave RUNNING at any moment
 
@@ -58,7 +60,8 @@ class Running:
 @dataclass(eq=False)
 class Lane:
     """One queue served by its own pool of slots, so a saturated lane never starves another.
-    ``cond`` guards busy, outcomes, idle and woken; the worker's lock guards ``current``; ``held`` is
+    ``cond`` guards busy (jobs handed out and not yet finished, claimed-ahead ones included), outcomes,
+    idle, woken, run_seconds and unstarted; the worker's lock guards ``current``; ``held`` is
     written by the lane's dispatcher only."""
 
     queue: str  # or ALL_QUEUES
@@ -74,6 +77,20 @@ class Lane:
     done: threading.Event = field(default_factory=threading.Event)
     current: dict[int, Running] = field(default_factory=dict)  # slot number -> the run it is in
     stuck_since: float | None = None  # monotonic time since when every slot is stuck past a timeout
+    run_seconds: float | None = None  # moving average of its runs' durations (None: none yet)
+    unstarted: list[Running] = field(default_factory=list)  # claimed ahead, set aside by a stopping slot
+
+    def capacity(self, claim_ahead: int) -> int:
+        """Jobs the lane may hold at once: one per slot, plus ``claim_ahead`` per slot while its runs
+        are short, so that a slot finds its next job waiting instead of waiting for the next claim.
+        A job claimed ahead waits for at most ``claim_ahead`` short runs; the heartbeat renews its lease
+        meanwhile, and a stopping worker gives it back at once."""
+        short = self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS
+        return self.slots * (1 + claim_ahead) if short else self.slots
+
+    def ran(self, seconds: float) -> None:
+        """Fold one run's duration into the average. Holds cond."""
+        self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
 
     @property
     def claims(self) -> str | None:

@@ -19,13 +19,20 @@ class SlotMixin(WorkerBase):
         runner = SlotRunner(self.worker_id, self.stopping, self._side_writer)
         try:
             while (entry := lane.work.get()) is not None:
+                if self.stopping.is_set():  # a job claimed ahead: never started once stopping
+                    with lane.cond:
+                        lane.unstarted.append(entry)
+                        lane.cond.notify_all()
+                    continue
                 self._run_one(lane, number, runner, entry)
         finally:
             runner.close()
 
     def _run_one(self, lane: Lane, number: int, runner: SlotRunner, entry: Running) -> None:
         current = entry
+        started = time.monotonic()
         with self._lock:
+            entry.deadline = started + entry.timeout if entry.timeout else None
             lane.current[number] = entry
 
         def on_attempt(attempt: int, fence: int) -> bool:
@@ -44,6 +51,7 @@ class SlotMixin(WorkerBase):
                 del self._running[current.key]
         with lane.cond:
             lane.busy -= 1
+            lane.ran(time.monotonic() - started)
             if not discard:
                 lane.outcomes.append((current, outcome))
             lane.cond.notify_all()
@@ -54,7 +62,9 @@ class SlotMixin(WorkerBase):
         write names the old fence, so the database refuses it)."""
         task = find_task(old.job.task)
         timeout = (task.timeout if task else None) or jobq_settings().job_timeout
-        new = Running(old.job, fence, attempt, old.lane, time.monotonic() + timeout if timeout else None)
+        new = Running(
+            old.job, fence, attempt, old.lane, timeout, time.monotonic() + timeout if timeout else None
+        )
         with self._lock:
             if self._running.get(old.key) is old:
                 del self._running[old.key]

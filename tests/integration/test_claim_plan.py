@@ -25,6 +25,7 @@ HOT = {
     },
     "COMPLETE_MANY": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "results": ["null", "null"]},
     "HEARTBEAT": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "lease": 30},
+    "RELEASE_UNSTARTED": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1]},
 }  # fmt: skip
 
 

@@ -247,7 +247,9 @@ def test_a_killed_listen_connection_is_replaced(worker_thread):
 
     def listener_pids():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-listener'")
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-listener' AND datname = current_database()"
+            )
             return [row[0] for row in cursor.fetchall()]
 
     (old,) = listener_pids()

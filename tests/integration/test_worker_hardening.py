@@ -201,7 +201,7 @@ def test_a_timeout_racing_an_in_slot_retry_never_strands_the_job(short_lease):
     lane = worker.lanes["default"]
     jid = Job.objects.enqueue("test.noop")
     job = Job.objects.claim_batch(worker.worker_id, 1)[0]
-    old = Running(job, job.fence, job.attempts, lane, deadline=None)
+    old = Running(job, job.fence, job.attempts, lane, timeout=None)
     worker._running[old.key] = old
     lane.current[0] = old
     attempt, fence = Job.objects.retry_in_slot(jid, worker.worker_id, job.fence, "first attempt failed")
