@@ -46,7 +46,7 @@ JOBQ = {
     "LEASE_SECONDS": env.float("JOBQ_LEASE_SECONDS", default=30),
     "HEARTBEAT_SECONDS": env.float("JOBQ_HEARTBEAT_SECONDS", default=2),
     "POLL_INTERVAL": env.float("JOBQ_POLL_INTERVAL", default=0.5),
-    "CLAIM_AHEAD": env.int("JOBQ_CLAIM_AHEAD", default=1),
+    "CLAIM_AHEAD": env.int("JOBQ_CLAIM_AHEAD", default=2),
     "BACKOFF_BASE": env.float("JOBQ_BACKOFF_BASE", default=5),
     "QUEUES": env.json("JOBQ_QUEUES", default={}),
 }
