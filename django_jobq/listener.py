@@ -20,6 +20,7 @@ logger = logging.getLogger("django_jobq")
 # The payload of a pause or resume: no queue can carry it (validation.queue refuses "*"), so it never
 # wakes a lane as an enqueue would; the worker re-reads the paused queues and wakes every lane.
 STATE_CHANGED = "*"
+CONNECT_TIMEOUT = 10  # seconds, unless the alias or the DSN sets connect_timeout
 HEALTH_CHECK_SECONDS = 5.0  # a silent connection is probed this often, so a dead one is noticed
 
 
@@ -42,6 +43,7 @@ def listen_params(application_name: str) -> dict[str, Any]:
         params = (
             connection_params(value) if kind == "alias" else dict(psycopg.conninfo.conninfo_to_dict(value))
         )
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT)  # an unreachable host fails, then is retried
     return {**params, "application_name": application_name}
 
 
