@@ -153,19 +153,19 @@ def test_sigkilled_worker_jobs_are_recovered_through_pgbouncer(pooler):
     jid = Job.objects.enqueue("test.slow_first_attempt", {"seconds": 60})
     env = pooled(pooler, JOBQ_POLL_INTERVAL="0.2", **FAST_LEASE)
     doomed = start_worker("--worker-id", "doomed", env=env)
-    reaper = None
+    started = [doomed]
     try:
         wait_until(lambda: Execution.objects.filter(job_id=jid).exists(), message="first attempt running")
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(10)
         assert Job.objects.get(id=jid).status == JobStatus.RUNNING  # nobody released it
-        reaper = manage("jobq_reap", env=env)
+        started.append(manage("jobq_reap", env=env))
         wait_until(lambda: Job.objects.get(id=jid).status == JobStatus.PENDING, timeout=30,
                    message="the reaper returning the job")  # fmt: skip
-        rescuer = start_worker("--burst", "--worker-id", "rescuer", env=env)
+        started.append(rescuer := start_worker("--burst", "--worker-id", "rescuer", env=env))
         assert rescuer.wait(60) == 0
     finally:
-        stop(doomed, *([reaper] if reaper else []))
+        stop(*started)  # none is left running, whatever failed
     job = Job.objects.get(id=jid)
     assert (job.status, job.attempts, job.worker_id, job.result) == (
         JobStatus.DONE,
