@@ -18,7 +18,7 @@ from typing import Any
 from bench import common, report
 from bench.child import RESULT_MARK
 from bench.plan import GROUPS, Workload, workloads
-from bench.systems import SYSTEMS
+from bench.systems import SYSTEMS, System
 
 DEFAULT_JSON = common.ROOT / "bench" / "results" / "latest.json"
 # Errors that mean the server went away under the measurement (restarted or terminated the backend).
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"  {name}: {status[name]['skipped']}")
         active = [n for n in runnable if status[n]["skipped"] is None]
         for w in plan:
-            systems = [n for n in active if w.applies(SYSTEMS[n])]
+            systems = [n for n in active if w.applies(SYSTEMS[n]) and _measures(SYSTEMS[n], w)]
             for run in range(sizes.runs):
                 order = systems[run % len(systems) :] + systems[: run % len(systems)] if systems else []
                 for name in order:
@@ -260,6 +260,7 @@ def text_report(doc: dict[str, Any], plan: list[Workload], shown: list[str], *, 
     out += ["", f"{'#### ' if markdown else ''}Workloads", ""]
     out += [f"{bullet}{w.key}: {w.title}" for w in plan]
     out += ["", report.render(doc["table"], shown, markdown=markdown), ""]
+    out += [f"{bullet}{line}" for line in report.pooler_lines(doc["table"])]
     legend = (
         "* a run stopped at the time limit and reports the rate over the jobs it finished; "
         "! some runs failed (see the JSON); — not applicable. Ratios compare medians: for rates "
@@ -318,3 +319,8 @@ def _server_up() -> bool:
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def _measures(cls: type[System], w: Workload) -> bool:
+    """Whether a system restricted to some workloads (System.measures) runs ``w``."""
+    return cls.measures is None or w.key in cls.measures

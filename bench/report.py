@@ -10,6 +10,7 @@ from bench.plan import Workload
 from bench.systems import PEERS, SYSTEMS
 
 JOBQ = "jobq"
+POOLED = "jobq_pgbouncer"  # django-jobq through PgBouncer, held against JOBQ on the same row
 CEILING = "psycopg"
 
 
@@ -69,12 +70,26 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], plan: list[Worklo
                 best = max(peer_values, key=lambda n: peer_values[n])
                 entry["vs_best_peer"] = jobq / peer_values[best]
             entry["best_peer"] = best
+        if jobq and medians.get(POOLED):
+            entry["pooled_vs_direct"] = (
+                (jobq / medians[POOLED]) if row.lower_is_better else (medians[POOLED] / jobq)
+            )
         reference = _reference(row, results, sizes)
         if jobq and reference:
             label, value = reference
             entry["vs_reference"], entry["reference"] = jobq / value, label
         out.append(entry)
     return out
+
+
+def pooler_lines(table_rows: list[dict[str, Any]]) -> list[str]:
+    """The pooler's cost: django-jobq through PgBouncer as a ratio to direct, per measured row."""
+    return [
+        f"{entry['row']}: django-jobq through PgBouncer (transaction mode) = "
+        f"{entry['pooled_vs_direct']:.2f}x direct"
+        for entry in table_rows
+        if "pooled_vs_direct" in entry
+    ]
 
 
 def _median(results: dict[str, Any], workload: str, system: str, field: str = "rate") -> float | None:

@@ -30,6 +30,7 @@ DATABASES = {
 
 _APPS = {
     "jobq": ["django_jobq", "bench.jobqapp"],
+    "jobq_pgbouncer": ["django_jobq", "bench.jobqapp"],
     "tasks_db": ["django_tasks_db"],
     "ox": ["django_ox"],
     "q2": ["django_q"],
@@ -39,6 +40,19 @@ INSTALLED_APPS = ["django.contrib.contenttypes", *_APPS.get(SYSTEM, [])]
 # django-jobq: its defaults (LISTEN/NOTIFY wake-ups, 1 s safety-net polling), plus what a workload
 # sets in BENCH_JOBQ (JSON; e.g. the flow-control workloads' QUEUES).
 JOBQ: dict[str, object] = json.loads(os.environ.get("BENCH_JOBQ", "{}"))
+
+# django-jobq through PgBouncer (bench.systems.jobq_pgbouncer): the queue's connections go through the
+# pooler in BENCH_POOLER_URL, LISTEN straight to the server.
+if os.environ.get("BENCH_POOLER_URL"):
+    _pooled = parse_url(os.environ["BENCH_POOLER_URL"])
+    DATABASES["direct"] = dict(DATABASES["default"])
+    DATABASES["default"] = {
+        **DATABASES["default"],
+        "HOST": _pooled["host"],
+        "PORT": str(_pooled["port"]),
+        "DISABLE_SERVER_SIDE_CURSORS": True,
+    }
+    JOBQ = {"POOL_MODE": "transaction", "LISTEN_DATABASE": "direct", **JOBQ}
 
 if SYSTEM == "tasks_db":
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

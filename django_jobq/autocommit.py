@@ -94,6 +94,8 @@ class Pool:
         # running them.
         params["prepare_threshold"] = 5 if conf.prepared_statements else None
         conn = psycopg.connect(**params, autocommit=True)
+        if conf.pool_mode == "transaction":
+            return conn  # no session settings through a transaction pooler (BaseJobManager.bound_statements)
         try:
             timeouts = {
                 "statement_ms": f"{int(conf.statement_timeout * 1000)}ms",

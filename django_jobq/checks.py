@@ -5,10 +5,10 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, register
-from django.db import connections
+from django.db import connections, router
 
 from . import ticks
-from .conf import ScheduleOptions, jobq_settings
+from .conf import JobqSettings, ScheduleOptions, jobq_settings, listen_target
 from .exceptions import ConfigurationError
 
 
@@ -23,6 +23,8 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             check_id = "jobq.E005"
         elif message.startswith('JOBQ["SCHEDULES"]'):
             check_id = "jobq.E006"
+        elif message.startswith('JOBQ["LISTEN_DATABASE"]'):
+            check_id = "jobq.E007"
         return [Error(message, hint="See the configuration reference in README.md.", id=check_id)]
     errors: list[CheckMessage] = []
     if conf.database not in connections:
@@ -42,8 +44,50 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         errors.append(
             Error(problem, hint="Use a lease of at least three heartbeat intervals.", id="jobq.E004")
         )
+    if conf.database in connections:
+        errors += _routing(conf)
+    errors += _listen_database(conf)
     errors += _schedule_tasks(conf.schedules.values())
     return errors
+
+
+def _listen_database(conf: JobqSettings) -> list[CheckMessage]:
+    """jobq.E007 when JOBQ["LISTEN_DATABASE"] names an alias that is not PostgreSQL (its value is
+    otherwise checked with the settings, a DSN's reachability when the listener connects)."""
+    if conf.listen_database is None:
+        return []
+    kind, alias = listen_target(conf.listen_database)
+    if kind == "alias" and connections[alias].vendor != "postgresql":
+        return [
+            Error(
+                f'JOBQ["LISTEN_DATABASE"] names {alias!r}, a {connections[alias].vendor} database; '
+                "LISTEN needs PostgreSQL (the server JOBQ['DATABASE'] is on).",
+                hint="Name a direct PostgreSQL alias or DSN for the queue's server, or None.",
+                id="jobq.E007",
+            )
+        ]
+    return []
+
+
+def _routing(conf: JobqSettings) -> list[CheckMessage]:
+    """jobq.E008 when the database routers send jobq's models (the admin's and the ORM's reads and
+    writes, or its migrations) anywhere but JOBQ["DATABASE"]."""
+    from .models import Job
+
+    read, write = router.db_for_read(Job), router.db_for_write(Job)
+    migrates = router.allow_migrate(conf.database, "django_jobq", model_name="job")
+    if read == write == conf.database and migrates:
+        return []
+    return [
+        Error(
+            f'JOBQ["DATABASE"] is {conf.database!r}, but the database routers send jobq\'s reads to '
+            f"{read!r} and writes to {write!r}"
+            + ("" if migrates else f", and do not allow its migrations on {conf.database!r}"),
+            hint='Add "django_jobq.routers.JobqRouter" to DATABASE_ROUTERS (see README, "The queue on '
+            'its own database").',
+            id="jobq.E008",
+        )
+    ]
 
 
 def _schedule_tasks(schedules: Iterable[ScheduleOptions]) -> list[CheckMessage]:

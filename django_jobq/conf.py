@@ -15,6 +15,7 @@ from .exceptions import ConfigurationError
 DAY = 24 * 3600
 MAX_PAYLOAD_BYTES = 256 * 1024
 QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING", "RATE_LIMIT")  # the keys a JOBQ["QUEUES"] entry may have
+POOL_MODES = ("session", "transaction")
 SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
 
 
@@ -107,6 +108,30 @@ class ScheduleOptions:
             raise ConfigurationError(f"{where}: {exc}") from None
 
 
+def listen_target(value: Any) -> tuple[str, str]:
+    """JOBQ["LISTEN_DATABASE"] as ("alias", name) or ("dsn", conninfo); ConfigurationError when it is
+    neither an alias of settings.DATABASES nor a connection string psycopg can parse."""
+    where = 'JOBQ["LISTEN_DATABASE"]'
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{where} must be a database alias, a PostgreSQL DSN or None")
+    if value in settings.DATABASES:
+        return "alias", value
+    if "=" not in value and "://" not in value:
+        known = ", ".join(sorted(map(repr, settings.DATABASES)))
+        raise ConfigurationError(
+            f"{where} {value!r:.100} is neither a database alias ({known}) nor a DSN "
+            "('postgres://...' or 'host=... dbname=...')"
+        )
+    import psycopg
+
+    try:
+        psycopg.conninfo.conninfo_to_dict(value)
+    except psycopg.ProgrammingError as exc:
+        # libpq's message never contains the password (it names the syntax fault only).
+        raise ConfigurationError(f"{where} is not a valid PostgreSQL DSN: {exc}") from None
+    return "dsn", value
+
+
 def rate_setting(text: Any, where: str) -> tuple[int, float]:
     """A rate limit string ("100/m") as (count, seconds); ConfigurationError when it is not one."""
     from .exceptions import InvalidJob
@@ -123,6 +148,8 @@ class JobqSettings:
     """Every knob of django-jobq; the JOBQ dict uses the same names in upper case."""
 
     database: str = "default"  # database alias that holds jobq_job
+    listen_database: str | None = None  # alias or DSN for LISTEN (bypassing a pooler); None: DATABASE
+    pool_mode: str = "session"  # "transaction": DATABASE goes through a transaction-mode pooler
     clock: str = "database"  # "database": now() in SQL; "python": timezone.now() (tests with time-machine)
     lease_seconds: float = 60  # how long a claimed job belongs to its worker without a heartbeat
     heartbeat_seconds: float = 10  # how often a worker renews the leases of its running jobs
@@ -150,7 +177,9 @@ class JobqSettings:
     dead_retention_seconds: float = 30 * DAY  # DEAD jobs older than this are pruned by the reaper
     prune_batch: int = 5000  # rows deleted per pruning statement
     reap_interval: float = 5.0  # seconds between reaper passes
-    prepared_statements: bool = True  # prepare the queue's statements on the server (off for old poolers)
+    # Prepare the queue's statements on the server; None: yes, unless POOL_MODE is "transaction"
+    # (True there needs PgBouncer >= 1.21 with max_prepared_statements > 0).
+    prepared_statements: bool | None = None
     queues: dict[str, QueueOptions] = dataclasses.field(default_factory=dict)  # per-queue flow control
     timezone: str | None = None  # schedules' default IANA zone; None: settings.TIME_ZONE
     schedules: dict[str, ScheduleOptions] = dataclasses.field(default_factory=dict)  # name -> schedule
@@ -230,6 +259,28 @@ class JobqSettings:
                 )
         if self.done_channel == self.notify_channel:
             raise ConfigurationError('JOBQ["DONE_CHANNEL"] must differ from JOBQ["NOTIFY_CHANNEL"]')
+        self._check_connections()
+
+    def _check_connections(self) -> None:
+        """DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""
+        if not isinstance(self.database, str) or not self.database:
+            raise ConfigurationError('JOBQ["DATABASE"] must be a database alias (a non-empty string)')
+        if self.pool_mode not in POOL_MODES:
+            raise ConfigurationError(
+                f'JOBQ["POOL_MODE"] must be "session" or "transaction", not {self.pool_mode!r:.100}'
+            )
+        if self.prepared_statements is None:
+            object.__setattr__(self, "prepared_statements", self.pool_mode == "session")
+        elif not isinstance(self.prepared_statements, bool):
+            raise ConfigurationError('JOBQ["PREPARED_STATEMENTS"] must be True, False or None')
+        if self.listen_database is not None:
+            listen_target(self.listen_database)  # raises for a value that is neither alias nor DSN
+        if self.pool_mode == "transaction" and self.notify and self.listen_database in (None, self.database):
+            raise ConfigurationError(
+                'JOBQ["LISTEN_DATABASE"] must name a direct connection (an alias or a DSN that bypasses '
+                'the pooler) when JOBQ["POOL_MODE"] is "transaction": LISTEN through a transaction '
+                'pooler receives nothing. Or set JOBQ["NOTIFY"] = False to poll only.'
+            )
 
     def lease_problem(self) -> str | None:
         """Why the lease is too short for the heartbeat, or None. A lease must outlive one missed

@@ -13,13 +13,14 @@ import psycopg
 from django.db import connections
 from psycopg import sql
 
-from .conf import jobq_settings
+from .conf import jobq_settings, listen_target
 
 logger = logging.getLogger("django_jobq")
 
 # The payload of a pause or resume: no queue can carry it (validation.queue refuses "*"), so it never
 # wakes a lane as an enqueue would; the worker re-reads the paused queues and wakes every lane.
 STATE_CHANGED = "*"
+CONNECT_TIMEOUT = 10  # seconds, unless the alias or the DSN sets connect_timeout
 HEALTH_CHECK_SECONDS = 5.0  # a silent connection is probed this often, so a dead one is noticed
 
 
@@ -29,6 +30,21 @@ def connection_params(alias: str) -> dict[str, Any]:
     params.pop("cursor_factory", None)
     params.pop("context", None)
     return params
+
+
+def listen_params(application_name: str) -> dict[str, Any]:
+    """psycopg.connect() keyword arguments for a LISTEN connection: JOBQ["LISTEN_DATABASE"] (an alias
+    or a DSN, for a direct connection past a transaction pooler), else JOBQ["DATABASE"]'s."""
+    conf = jobq_settings()
+    if conf.listen_database is None:
+        params = connection_params(conf.database)
+    else:
+        kind, value = listen_target(conf.listen_database)
+        params = (
+            connection_params(value) if kind == "alias" else dict(psycopg.conninfo.conninfo_to_dict(value))
+        )
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT)  # an unreachable host fails, then is retried
+    return {**params, "application_name": application_name}
 
 
 class Listener(threading.Thread):
@@ -42,14 +58,13 @@ class Listener(threading.Thread):
         self.stopping = stopping
         self.connected = threading.Event()
         conf = jobq_settings()
-        self.channel, self.alias = conf.notify_channel, conf.database
+        self.channel = conf.notify_channel
 
     def run(self) -> None:
         delay = 0.1
         while not self.stopping.is_set():
             try:
-                params = {**connection_params(self.alias), "application_name": "jobq-listener"}
-                with psycopg.connect(**params, autocommit=True) as conn:
+                with psycopg.connect(**listen_params("jobq-listener"), autocommit=True) as conn:
                     # Quoted, so the channel matches pg_notify's exactly (case kept, any name allowed).
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     self.connected.set()

@@ -80,7 +80,7 @@ class _Limiter:
         params = self._params(n)
         params["ahead"] = ahead
         params["now"] = timezone.now() if jobq_settings().clock == "python" else None
-        prepare = jobq_settings().prepared_statements
+        prepare = bool(jobq_settings().prepared_statements)
         try:
             with autocommit.pool(self.using or jobq_settings().database).connection() as conn:
                 row = conn.execute(self._sql, params, prepare=prepare).fetchone()

@@ -29,6 +29,7 @@ class System:
     bulk_api: ClassVar[str | None] = None  # the bulk enqueue call, when the system has one
     remaining_sql: ClassVar[str] = ""  # jobs not finished yet
     worker_note: ClassVar[str] = ""  # how its workers run (polling, wake-ups), for the output
+    measures: ClassVar[tuple[str, ...] | None] = None  # only these workload keys; None: all that apply
 
     def __init__(self, db_url: str):
         self.db_url = db_url

@@ -20,16 +20,33 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from .. import dashboard
+from ..conf import jobq_settings
 
 T = TypeVar("T")
 
-if TYPE_CHECKING:  # Paginator is generic for the type checker only
+if TYPE_CHECKING:  # Paginator and ModelAdmin are generic for the type checker only
     _Paginator = Paginator[Any]
+    _ModelAdmin = admin.ModelAdmin[Any]
 else:
     _Paginator = Paginator
+    _ModelAdmin = admin.ModelAdmin
 
 # Above this many matching jobs the job list shows the planner's estimate of its total instead of a count.
 ESTIMATE_COUNT_ABOVE = 10_000
+
+
+class OnQueueDatabase(_ModelAdmin):
+    """A ModelAdmin whose reads and writes go to JOBQ["DATABASE"], with or without a router (Django's
+    "multiple databases in the admin" recipe)."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).using(jobq_settings().database)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        obj.save(using=jobq_settings().database)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        obj.delete(using=jobq_settings().database)
 
 
 # -- shared helpers ----------------------------------------------------------------------------------------

@@ -20,12 +20,12 @@ from django.utils.text import capfirst
 
 from ..conf import jobq_settings
 from ..models import Job, JobStatus
-from .common import breadcrumbs, log
+from .common import OnQueueDatabase, breadcrumbs, log
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _JobModelAdmin = admin.ModelAdmin[Job]
-else:
-    _JobModelAdmin = admin.ModelAdmin
+else:  # reads and writes on JOBQ["DATABASE"]
+    _JobModelAdmin = OnQueueDatabase
 
 
 class RequeueForm(forms.Form):

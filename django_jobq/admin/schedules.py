@@ -26,12 +26,12 @@ from ..conf import jobq_settings
 from ..exceptions import JobqError
 from ..models import Schedule, ScheduleSource
 from ..scheduler import run_now
-from .common import log, time_cell
+from .common import OnQueueDatabase, log, time_cell
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _ScheduleModelAdmin = admin.ModelAdmin[Schedule]
-else:
-    _ScheduleModelAdmin = admin.ModelAdmin
+else:  # reads and writes on JOBQ["DATABASE"]
+    _ScheduleModelAdmin = OnQueueDatabase
 
 logger = logging.getLogger("django_jobq")
 
@@ -127,7 +127,9 @@ class ScheduleAdmin(_ScheduleModelAdmin):
                 refused.append(schedule.name)
             elif schedule.enabled != enabled:
                 schedule.enabled = enabled
-                schedule.save()  # clears next_run_at: re-enabled, it starts from its next tick
+                schedule.save(
+                    using=jobq_settings().database
+                )  # clears next_run_at: re-enabled, it starts from its next tick
                 changed.append(schedule)
         word = "enabled" if enabled else "disabled"
         if changed:
@@ -160,7 +162,9 @@ class ScheduleAdmin(_ScheduleModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         if not self.has_run_permission(request):
             raise PermissionDenied
-        self._run(request, get_object_or_404(Schedule, pk=schedule_id))
+        self._run(
+            request, get_object_or_404(Schedule.objects.using(jobq_settings().database), pk=schedule_id)
+        )
         return HttpResponseRedirect(reverse("admin:django_jobq_schedule_changelist"))
 
     def _run(self, request: HttpRequest, schedule: Schedule) -> None:

@@ -12,12 +12,12 @@ from django.utils.safestring import SafeString
 from .. import dashboard
 from ..conf import jobq_settings
 from ..models import WorkerRecord
-from .common import ago, lanes_text, time_cell
+from .common import OnQueueDatabase, ago, lanes_text, time_cell
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _WorkerModelAdmin = admin.ModelAdmin[WorkerRecord]
-else:
-    _WorkerModelAdmin = admin.ModelAdmin
+else:  # reads and writes on JOBQ["DATABASE"]
+    _WorkerModelAdmin = OnQueueDatabase
 
 
 @admin.register(WorkerRecord)

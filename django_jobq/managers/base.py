@@ -59,7 +59,7 @@ class BaseJobManager(models.Manager["Job"]):
         connection = self.connection
         connection.ensure_connection()
         with connection.wrap_database_errors:
-            raw = QueueCursor(connection.connection, prepare=jobq_settings().prepared_statements)
+            raw = QueueCursor(connection.connection, prepare=bool(jobq_settings().prepared_statements))
         if connection.queries_logged:
             return connection.make_debug_cursor(raw)  # type: ignore[arg-type]
         return connection.make_cursor(raw)  # type: ignore[arg-type]
@@ -119,7 +119,12 @@ class BaseJobManager(models.Manager["Job"]):
     def bound_statements(self) -> None:
         """Put JOBQ["STATEMENT_TIMEOUT"] and ["LOCK_TIMEOUT"] on this thread's queue connection, once
         per new connection. For the worker's and reaper's own threads only: a task's connection keeps
-        the application's settings."""
+        the application's settings. Not with JOBQ["POOL_MODE"] = "transaction": a session setting
+        would stay on whichever server connection ran it, for the pooler's other clients, and miss
+        the ones this session's later transactions get (the pooler's server connections carry the
+        bounds instead, see README "PgBouncer")."""
+        if jobq_settings().pool_mode == "transaction":
+            return
         wrapper = self.connection
         wrapper.ensure_connection()
         raw = wrapper.connection

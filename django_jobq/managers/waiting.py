@@ -3,6 +3,7 @@ finishing statement sends for a marked job, with polling as the fallback; works 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ from psycopg.types.string import TextLoader
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob, WaitTimeout
-from ..listener import connection_params
+from ..listener import connection_params, listen_params
 from .base import BaseJobManager
 
 if TYPE_CHECKING:
@@ -34,14 +35,21 @@ class WaitingManager(BaseJobManager):
         poll = conf.poll_interval if poll is None else validation.seconds(poll, "poll")
         deadline = time.monotonic() + timeout
         statements = self._sql()
+        # One connection for the reads (JOBQ["DATABASE"], which may be a pooler: each read is its own
+        # transaction) and, unless NOTIFY is off (poll only), one for LISTEN: the same connection
+        # when no LISTEN_DATABASE is set, a direct one otherwise.
         params = {**connection_params(conf.database), "application_name": "jobq-wait"}
-        with psycopg.connect(**params, autocommit=True) as conn:
-            for json_type in (
-                "json",
-                "jsonb",
-            ):  # as text, which the model's JSONFields decode (as Django's do)
+        with contextlib.ExitStack() as stack:
+            conn = stack.enter_context(psycopg.connect(**params, autocommit=True))
+            listening: psycopg.Connection[Any] | None = None
+            if conf.notify:
+                listening = conn
+                if conf.listen_database is not None:
+                    direct = psycopg.connect(**listen_params("jobq-wait"), autocommit=True)
+                    listening = stack.enter_context(direct)
+                listening.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(conf.done_channel)))
+            for json_type in ("json", "jsonb"):  # as text, which the model's JSONFields decode
                 conn.adapters.register_loader(json_type, TextLoader)
-            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(conf.done_channel)))
             conn.execute(statements.WAIT_MARK, {"id": job_id})
             while True:
                 cursor = conn.execute(statements.JOB_ROW, {"id": job_id})
@@ -54,11 +62,15 @@ class WaitingManager(BaseJobManager):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise WaitTimeout(f"job {job_id} did not finish within {timeout}s")
-                self._notified(conn, str(job_id), min(remaining, max(poll, 0.001)))
+                self._notified(listening, str(job_id), min(remaining, max(poll, 0.001)))
 
     @staticmethod
-    def _notified(conn: psycopg.Connection[Any], payload: str, timeout: float) -> None:
-        """Return when ``payload`` is notified, or after ``timeout`` seconds."""
+    def _notified(conn: psycopg.Connection[Any] | None, payload: str, timeout: float) -> None:
+        """Return when ``payload`` is notified on ``conn``, or after ``timeout`` seconds (a plain
+        sleep when nothing listens)."""
+        if conn is None:
+            time.sleep(timeout)
+            return
         end = time.monotonic() + timeout
         while (left := end - time.monotonic()) > 0:
             for notify in conn.notifies(timeout=left, stop_after=1):

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from bench import pgbouncer
 from tests.conftest import ROOT, child_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.p1]
@@ -31,11 +32,13 @@ def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 def test_every_system_is_available_or_says_why():
     listing = bench("--list").stdout.splitlines()
     names = {line.split()[0]: line for line in listing}
-    assert set(names) == {"jobq", "psycopg", *PEERS}
+    assert set(names) == {"jobq", "jobq_pgbouncer", "psycopg", *PEERS}
     for line in names.values():
         assert line.rstrip().endswith("available") or "not installed" in line or "needs" in line, line
     assert names["jobq"].rstrip().endswith("available")
     assert names["psycopg"].rstrip().endswith("available")
+    if pgbouncer.binary() is None:
+        assert "needs pgbouncer" in names["jobq_pgbouncer"]
 
 
 def test_quick_run_measures_every_workload_for_django_jobq(tmp_path):
@@ -71,3 +74,19 @@ def test_quick_enqueue_of_every_peer_or_a_reason_for_skipping_it(tmp_path):
             continue
         runs = doc["results"]["W1 single"][name]
         assert runs and all("error" not in r for r in runs), (name, runs)
+
+
+@pytest.mark.skipif(
+    pgbouncer.binary() is None, reason="pgbouncer is not installed (apt-get install pgbouncer)"
+)
+def test_quick_pgbouncer_column_measures_w2_c4_as_a_ratio_to_direct(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = bench("--quick", "--systems", "jobq,jobq_pgbouncer", "--workloads", "W2", "--json", str(out))
+    doc = json.loads(out.read_text())
+    measured = {key for key, per in doc["results"].items() if "jobq_pgbouncer" in per}
+    assert measured == {"W2 c4"}  # the pooler's column is W2 c4 only
+    runs = doc["results"]["W2 c4"]["jobq_pgbouncer"]
+    assert runs and all("error" not in r for r in runs), runs
+    rows = {row["row"]: row for row in doc["table"]}
+    assert rows["W2 c4"]["pooled_vs_direct"] > 0
+    assert "W2 c4: django-jobq through PgBouncer (transaction mode) = " in proc.stdout
