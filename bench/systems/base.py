@@ -29,6 +29,8 @@ class System:
     bulk_api: ClassVar[str | None] = None  # the bulk enqueue call, when the system has one
     remaining_sql: ClassVar[str] = ""  # jobs not finished yet
     worker_note: ClassVar[str] = ""  # how its workers run (polling, wake-ups), for the output
+    bounded: ClassVar[bool] = True  # runs at most the workload's concurrency at once (W6 needs it)
+    keep_tables: ClassVar[tuple[str, ...]] = ()  # bookkeeping that reset() must not empty
 
     def __init__(self, db_url: str):
         self.db_url = db_url
@@ -85,7 +87,7 @@ class System:
 
     def reset(self) -> None:
         """Empty every table the system writes (keeps migration bookkeeping)."""
-        keep = ("django_migrations", "django_content_type", "auth_permission")
+        keep = ("django_migrations", "django_content_type", "auth_permission", *self.keep_tables)
         with common.connect(self.db_url) as conn:
             rows = conn.execute(
                 "SELECT format('%%I.%%I', schemaname, tablename) FROM pg_tables "
