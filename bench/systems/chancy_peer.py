@@ -22,7 +22,8 @@ def make_app(db_url: str) -> Any:
     # warnings and errors only.
     log = logging.getLogger("chancy")
     log.setLevel(logging.WARNING)
-    log.addHandler(logging.StreamHandler())
+    if not log.handlers:
+        log.addHandler(logging.StreamHandler())
     return Chancy(db_url, log=log)
 
 
