@@ -1,4 +1,5 @@
-"""The benchmark report's peer and memory rules (bench.report, bench.memory), on made-up results."""
+"""The benchmark report's peer and memory rules (bench.report, bench.memory) on made-up results, and
+the availability probe of peers whose import can fail."""
 
 import os
 
@@ -7,7 +8,7 @@ import pytest
 from bench import memory, report
 from bench.common import QUICK
 from bench.plan import workloads
-from bench.systems import PEERS, SYSTEMS
+from bench.systems import PEERS, SYSTEMS, probe
 
 pytestmark = [pytest.mark.unit, pytest.mark.p1]
 
@@ -66,3 +67,10 @@ def test_group_rss_sums_vmrss_over_a_process_group():
     own = memory.group_rss([os.getpgrp()])
     assert own["processes"] >= 1 and own["kb"] > 0
     assert memory.group_rss([]) == {"kb": 0, "processes": 0}
+
+
+def test_a_peer_whose_import_fails_is_skipped_with_the_exception_text():
+    assert probe.importable("bench.work") is None
+    reason = probe.importable("bench.work", "bench.no_such_module")
+    assert reason is not None
+    assert reason.startswith("`import bench.no_such_module` failed: ModuleNotFoundError: ")
