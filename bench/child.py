@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import common
+from bench import common, memory
 from bench.systems import SYSTEMS, System
 from bench.systems.jobq import Jobq
 from bench.systems.psycopg_ceiling import Psycopg
@@ -80,6 +80,7 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         # The progress counts must not cost the server a table scan each (W5's tables are big).
         poll.execute("SET enable_seqscan = off")
         _warm_up(system, poll, concurrency, group)
+        rss = _Rss(group)
         if history:
             assert isinstance(system, Jobq)
             system.insert_history(poll, history)
@@ -111,8 +112,10 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
             checks += 1
             if checks % 20 == 0:
                 group.check_alive()
+            rss.halfway(done, start, n)
+        rss.finish(done)
     result = _rate(min(done, n) - start, elapsed, partial=done < n)
-    return {**result, "layout": system.describe(concurrency)}
+    return {**result, "layout": system.describe(concurrency), **rss.figures()}
 
 
 def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
@@ -224,6 +227,38 @@ class _workers:
 
     def __exit__(self, *exc: object) -> None:
         self.group.stop(grace=5)
+
+
+class _Rss:
+    """The workers' resident memory during a drain: after the warm-up, halfway through the measured
+    jobs and at the end. Growth per job is taken over the second half, past one-off growth (caches,
+    allocator arenas, connections) that the first jobs of a fresh worker cause."""
+
+    def __init__(self, group: common.WorkerGroup):
+        self.pids = [proc.pid for proc, _, _ in group.procs]
+        self.warm = memory.group_rss(self.pids)
+        self.mid: tuple[int, dict[str, int]] | None = None
+        self.after: tuple[int, dict[str, int]] | None = None
+
+    def halfway(self, done: int, start: int, n: int) -> None:
+        if self.mid is None and done - start >= (n - start) / 2:
+            self.mid = (done, memory.group_rss(self.pids))
+
+    def finish(self, done: int) -> None:
+        self.after = (done, memory.group_rss(self.pids))
+
+    def figures(self) -> dict[str, Any]:
+        if not self.warm["kb"] or self.after is None:
+            return {}  # no /proc here
+        done, after = self.after
+        out: dict[str, Any] = {
+            "rss_warm_mib": self.warm["kb"] / 1024,
+            "rss_after_mib": after["kb"] / 1024,
+            "rss_processes": after["processes"],
+        }
+        if self.mid is not None and done > self.mid[0]:
+            out["rss_growth_per_job"] = (after["kb"] - self.mid[1]["kb"]) * 1024 / (done - self.mid[0])
+        return out
 
 
 def _warm_up(system: System, poll: Any, concurrency: int, group: common.WorkerGroup) -> None:

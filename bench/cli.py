@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             status[name]["note"] = cls.worker_note
     if args.list:
         for name, st in status.items():
-            print(f"{name:14} {st['label']:18} {st['version'] or '':10} {st['skipped'] or 'available'}")
+            print(f"{name:18} {st['label']:20} {st['version'] or '':10} {st['skipped'] or 'available'}")
         return 0
 
     plan = [w for w in workloads(sizes) if w.group in args.groups]
@@ -264,7 +264,9 @@ def text_report(doc: dict[str, Any], plan: list[Workload], shown: list[str], *, 
     legend = (
         "* a run stopped at the time limit and reports the rate over the jobs it finished; "
         "! some runs failed (see the JSON); — not applicable. Ratios compare medians: for rates "
-        "jobq ÷ other, for latencies other ÷ jobq, so > 1 means django-jobq is better."
+        "jobq ÷ other, for latencies other ÷ jobq, so > 1 means django-jobq is better. "
+        "RSS rows: the workers' resident memory (VmRSS summed over a system's worker processes), "
+        "lower is better."
     )
     out += [
         legend,

@@ -149,7 +149,8 @@ def workloads(s: Sizes) -> list[Workload]:
                 "concurrency": s.sleep_concurrency,
                 "sleep_seconds": s.sleep_seconds,
             },
-            applies=_queues,
+            applies=lambda cls: _queues(cls) and cls.bounded,
+            skip_reason="runs without a concurrency limit",
         ),
         Workload(
             key="W5 history",

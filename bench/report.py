@@ -19,11 +19,11 @@ class Row:
     key: str  # "W3 p99"
     workload: str  # "W3"
     field: str  # "rate", "p50", ...
-    unit: str  # "jobs/s" or "ms"
+    unit: str  # "jobs/s", "ms" or "MiB"
 
     @property
     def lower_is_better(self) -> bool:
-        return self.unit == "ms"
+        return self.unit in ("ms", "MiB")
 
 
 def rows(plan: list[Workload]) -> list[Row]:
@@ -33,7 +33,22 @@ def rows(plan: list[Workload]) -> list[Row]:
             out += [Row(f"{w.key} {q}", w.key, q, "ms") for q in ("p50", "p95", "p99")]
         elif w.op != "install":
             out.append(Row(w.key, w.key, "rate", "calls/s" if w.op == "rate_limit" else "jobs/s"))
-    return out
+    return out + memory_rows(plan)
+
+
+# -- memory: the workers' resident set around the W2 drains ------------------------------------------
+MEMORY_FIELDS = {"rss_warm_mib": "RSS after warm-up", "rss_after_mib": "RSS after the drain"}
+RSS_GROWTH_LIMIT = 100.0  # bytes per job over the second half of W2 c4 (1 MB per 10,000 jobs)
+
+
+def memory_rows(plan: list[Workload]) -> list[Row]:
+    """Worker RSS (summed over a system's worker processes) after the warm-up and after each W2 drain."""
+    return [
+        Row(f"{w.key} {label}", w.key, field, "MiB")
+        for w in plan
+        if w.group == "W2"
+        for field, label in MEMORY_FIELDS.items()
+    ]
 
 
 def cell(runs: list[dict[str, Any]] | None, field: str) -> dict[str, Any] | None:
@@ -41,9 +56,9 @@ def cell(runs: list[dict[str, Any]] | None, field: str) -> dict[str, Any] | None
     if not runs:
         return None
     errors = [r["error"] for r in runs if "error" in r]
-    good = [r for r in runs if "error" not in r]
+    good = [r for r in runs if "error" not in r and field in r]
     if not good:
-        return {"error": errors[-1]}
+        return {"error": errors[-1]} if errors else None
     stats: dict[str, Any] = summary([float(r[field]) for r in good])
     stats["runs"] = len(good)
     stats["partial"] = any(r.get("partial") for r in good)
@@ -101,6 +116,8 @@ def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, fl
     """What django-jobq's figure is compared with besides the peers: the plain-psycopg ceiling, W2 for
     W5, and the ideal rate for W6."""
     w = row.workload
+    if row.field in MEMORY_FIELDS:
+        return None
     if w == "W1 single":
         value = _median(results, w, CEILING)
         return ("plain psycopg INSERT", value) if value else None
@@ -166,6 +183,12 @@ def targets(results: dict[str, Any], table_rows: list[dict[str, Any]]) -> list[d
         ("W3 p99 <= 15 ms", jobq("W3 p99", "p99"), 15.0, "<="),
         ("W5 history >= 0.9x W2", ratio("W5 history", "vs_reference"), 0.9, ">="),
         ("W5 backlog >= 0.9x W2", ratio("W5 backlog", "vs_reference"), 0.9, ">="),
+        (
+            f"jobq worker RSS growth over W2 c4's second half <= {RSS_GROWTH_LIMIT:g} bytes/job",
+            _median(results, "W2 c4", JOBQ, "rss_growth_per_job"),
+            RSS_GROWTH_LIMIT,
+            "<=",
+        ),
     ]
     out = []
     for name, value, bound, op in checks:
@@ -178,6 +201,8 @@ def targets(results: dict[str, Any], table_rows: list[dict[str, Any]]) -> list[d
 def fmt_value(value: float, unit: str) -> str:
     if unit == "ms":
         return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+    if unit == "MiB":
+        return f"{value:,.1f}"
     return f"{value:,.0f}"
 
 

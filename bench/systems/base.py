@@ -30,6 +30,8 @@ class System:
     remaining_sql: ClassVar[str] = ""  # jobs not finished yet
     worker_note: ClassVar[str] = ""  # how its workers run (polling, wake-ups), for the output
     measures: ClassVar[tuple[str, ...] | None] = None  # only these workload keys; None: all that apply
+    bounded: ClassVar[bool] = True  # runs at most the workload's concurrency at once (W6 needs it)
+    keep_tables: ClassVar[tuple[str, ...]] = ()  # bookkeeping that reset() must not empty
 
     def __init__(self, db_url: str):
         self.db_url = db_url
@@ -86,7 +88,7 @@ class System:
 
     def reset(self) -> None:
         """Empty every table the system writes (keeps migration bookkeeping)."""
-        keep = ("django_migrations", "django_content_type", "auth_permission")
+        keep = ("django_migrations", "django_content_type", "auth_permission", *self.keep_tables)
         with common.connect(self.db_url) as conn:
             rows = conn.execute(
                 "SELECT format('%%I.%%I', schemaname, tablename) FROM pg_tables "

@@ -88,6 +88,10 @@ class Pgqueuer(System):
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, pgq.shutdown.set)
         ready()
-        # The worker's own cap on jobs in flight is the concurrency; pgqueuer requires it to be at least
-        # twice the fetch batch. (An entrypoint concurrency_limit instead stalls between batches.)
-        await pgq.run(batch_size=max(1, slots // 2), max_concurrent_tasks=max(2, slots))
+        await pgq.run(**self.run_options(slots))
+
+    def run_options(self, slots: int) -> dict[str, Any]:
+        """QueueManager.run's options. The worker's own cap on jobs in flight is the concurrency;
+        pgqueuer requires it to be at least twice the fetch batch. (An entrypoint concurrency_limit
+        instead stalls between batches.)"""
+        return {"batch_size": max(1, slots // 2), "max_concurrent_tasks": max(2, slots)}

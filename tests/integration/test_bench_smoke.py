@@ -11,7 +11,8 @@ from tests.conftest import ROOT, child_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.p1]
 
-PEERS = ["procrastinate", "pgqueuer", "tasks_db", "ox", "q2"]
+PEERS = ["procrastinate", "pgqueuer", "pgqueuer_defaults", "tasks_db", "ox", "q2", "oban", "chancy"]
+NEW_PEERS = ["pgqueuer_defaults", "oban", "chancy"]
 
 
 def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -34,7 +35,10 @@ def test_every_system_is_available_or_says_why():
     names = {line.split()[0]: line for line in listing}
     assert set(names) == {"jobq", "jobq_pgbouncer", "psycopg", *PEERS}
     for line in names.values():
-        assert line.rstrip().endswith("available") or "not installed" in line or "needs" in line, line
+        reason = line.rstrip().endswith("available") or any(
+            why in line for why in ("not installed", "needs", "failed")
+        )
+        assert reason, line
     assert names["jobq"].rstrip().endswith("available")
     assert names["psycopg"].rstrip().endswith("available")
     if pgbouncer.binary() is None:
@@ -59,6 +63,12 @@ def test_quick_run_measures_every_workload_for_django_jobq(tmp_path):
     assert "vs_reference" in rows["W2 c4"]  # held against the plain-psycopg ceiling at batch 4
     assert "vs_reference" in rows["W1 keyed"]  # held against W1 single
     assert {t["target"] for t in doc["targets"]} >= {"W3 p50 <= 3 ms", "W5 history >= 0.9x W2"}
+    for key in ("W2 c4", "W2 c16"):  # the workers' memory, after the warm-up and after the drain
+        run = doc["results"][key]["jobq"][0]
+        assert run["rss_warm_mib"] > 0 and run["rss_after_mib"] > 0 and run["rss_processes"] >= 1, run
+        assert rows[f"{key} RSS after the drain"]["cells"]["jobq"]["median"] == run["rss_after_mib"]
+    # The per-job growth target is listed (a drain of this size may end before its halfway sample).
+    assert any(t["target"].startswith("jobq worker RSS growth") for t in doc["targets"])
     assert "W2 c4 (jobs/s)" in proc.stdout and "Targets" in proc.stdout
 
 
@@ -90,3 +100,21 @@ def test_quick_pgbouncer_column_measures_w2_c4_as_a_ratio_to_direct(tmp_path):
     rows = {row["row"]: row for row in doc["table"]}
     assert rows["W2 c4"]["pooled_vs_direct"] > 0
     assert "W2 c4: django-jobq through PgBouncer (transaction mode) = " in proc.stdout
+
+
+def test_quick_drain_of_the_newer_peers_with_their_memory_or_a_reason_for_skipping_them(tmp_path):
+    out = tmp_path / "bench.json"
+    systems = ",".join(["jobq", *NEW_PEERS])
+    bench("--quick", "--systems", systems, "--workloads", "W2", "--json", str(out), timeout=240)
+    doc = json.loads(out.read_text())
+    rows = {row["row"]: row for row in doc["table"]}
+    for name in NEW_PEERS:
+        system = doc["systems"][name]
+        if system["skipped"]:
+            assert system["skipped"].strip(), name
+            assert name not in doc["results"].get("W2 c4", {})
+            continue
+        runs = doc["results"]["W2 c4"][name]
+        assert runs and all("error" not in r for r in runs), (name, runs)
+        assert runs[0]["rss_warm_mib"] > 0 and runs[0]["rss_after_mib"] > 0, runs
+        assert rows["W2 c4 RSS after warm-up"]["cells"][name] is not None

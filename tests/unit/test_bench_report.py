@@ -1,0 +1,76 @@
+"""The benchmark report's peer and memory rules (bench.report, bench.memory) on made-up results, and
+the availability probe of peers whose import can fail."""
+
+import os
+
+import pytest
+
+from bench import memory, report
+from bench.common import QUICK
+from bench.plan import workloads
+from bench.systems import PEERS, SYSTEMS, probe
+
+pytestmark = [pytest.mark.unit, pytest.mark.p1]
+
+PLAN = [w for w in workloads(QUICK) if w.key in ("W2 c4", "W3", "W6 c16")]
+
+
+def drain(rate, warm=50.0, after=50.0, growth=0.0):
+    return [{"rate": rate, "rss_warm_mib": warm, "rss_after_mib": after, "rss_growth_per_job": growth}]
+
+
+def rows_by_key(results, systems):
+    return {r["row"]: r for r in report.table(results, PLAN, QUICK, systems)}
+
+
+def test_every_peer_column_counts_for_best_peer_including_pgqueuer_with_its_defaults():
+    assert {"pgqueuer", "pgqueuer_defaults", "oban", "chancy"} <= set(PEERS)
+    results = {"W2 c4": {"jobq": drain(1000), "pgqueuer": drain(400), "pgqueuer_defaults": drain(800)}}
+    row = rows_by_key(results, ["jobq", "pgqueuer", "pgqueuer_defaults"])["W2 c4"]
+    assert row["best_peer"] == "pgqueuer_defaults"
+    assert row["vs_best_peer"] == pytest.approx(1000 / 800)
+
+
+def test_pgqueuer_with_its_defaults_is_left_out_of_w6_which_assumes_the_concurrency():
+    w6 = next(w for w in PLAN if w.key == "W6 c16")
+    assert not w6.applies(SYSTEMS["pgqueuer_defaults"])
+    assert w6.applies(SYSTEMS["pgqueuer"]) and w6.applies(SYSTEMS["oban"])
+
+
+def test_memory_rows_are_lower_is_better_and_held_against_no_reference():
+    results = {"W2 c4": {"jobq": drain(1000, warm=40, after=41), "oban": drain(300, warm=60, after=64)}}
+    rows = rows_by_key(results, ["jobq", "oban"])
+    after = rows["W2 c4 RSS after the drain"]
+    assert after["unit"] == "MiB"
+    assert after["cells"]["jobq"]["median"] == 41
+    assert after["best_peer"] == "oban" and after["vs_best_peer"] == pytest.approx(64 / 41)
+    assert "vs_reference" not in after
+    assert "W2 c4 RSS after warm-up" in rows
+
+
+@pytest.mark.parametrize(("growth", "met"), [(3.0, True), (250.0, False)])
+def test_jobq_rss_growth_per_job_is_a_target_with_met_or_missed(growth, met):
+    results = {"W2 c4": {"jobq": drain(1000, growth=growth)}}
+    checks = report.targets(results, report.table(results, PLAN, QUICK, ["jobq"]))
+    check = next(c for c in checks if c["target"].startswith("jobq worker RSS growth"))
+    assert check["value"] == growth and check["met"] is met
+
+
+def test_runs_without_memory_figures_leave_the_memory_cells_empty():
+    results = {"W2 c4": {"jobq": [{"rate": 1000.0}]}}
+    rows = rows_by_key(results, ["jobq"])
+    assert rows["W2 c4"]["cells"]["jobq"]["median"] == 1000
+    assert rows["W2 c4 RSS after the drain"]["cells"]["jobq"] is None
+
+
+def test_group_rss_sums_vmrss_over_a_process_group():
+    own = memory.group_rss([os.getpgrp()])
+    assert own["processes"] >= 1 and own["kb"] > 0
+    assert memory.group_rss([]) == {"kb": 0, "processes": 0}
+
+
+def test_a_peer_whose_import_fails_is_skipped_with_the_exception_text():
+    assert probe.importable("bench.work") is None
+    reason = probe.importable("bench.work", "bench.no_such_module")
+    assert reason is not None
+    assert reason.startswith("`import bench.no_such_module` failed: ModuleNotFoundError: ")
