@@ -16,7 +16,6 @@ if django.VERSION >= (6, 0):
     from django.tasks.signals import task_enqueued, task_finished, task_started
 else:  # pragma: no cover - exercised in the Django 5.2 environment
     from django_tasks import (  # type: ignore[no-redef,import-not-found,unused-ignore]
-        Task,
         TaskContext,
         TaskResult,
         TaskResultStatus,
@@ -29,6 +28,7 @@ else:  # pragma: no cover - exercised in the Django 5.2 environment
     from django_tasks.base import (  # type: ignore[no-redef,import-not-found,unused-ignore]
         TASK_MAX_PRIORITY,
         TASK_MIN_PRIORITY,
+        Task,
         TaskError,
     )
     from django_tasks.exceptions import (  # type: ignore[no-redef,import-not-found,unused-ignore]
