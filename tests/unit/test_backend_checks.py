@@ -31,7 +31,11 @@ def test_good_options_pass():
         ({"TIMEOUT": -1}, None, ["jobq.E103"]),
         ({}, [], ["jobq.E104"]),
         ({}, ["*"], ["jobq.E104"]),
-        ({"MAX_ATTEMPTS": 0, "TIMEOUT": "x", "COLOUR": 1}, [], ["jobq.E101", "jobq.E102", "jobq.E103", "jobq.E104"]),
+        (
+            {"MAX_ATTEMPTS": 0, "TIMEOUT": "x", "COLOUR": 1},
+            [],
+            ["jobq.E101", "jobq.E102", "jobq.E103", "jobq.E104"],
+        ),
     ],
 )
 def test_bad_options_have_stable_ids(options, queues, expected):
