@@ -30,6 +30,7 @@ DATABASES = {
 
 _APPS = {
     "jobq": ["django_jobq", "bench.jobqapp"],
+    "jobq_tasks": ["django_jobq"],
     "tasks_db": ["django_tasks_db"],
     "ox": ["django_ox"],
     "q2": ["django_q"],
@@ -40,7 +41,9 @@ INSTALLED_APPS = ["django.contrib.contenttypes", *_APPS.get(SYSTEM, [])]
 # sets in BENCH_JOBQ (JSON; e.g. the flow-control workloads' QUEUES).
 JOBQ: dict[str, object] = json.loads(os.environ.get("BENCH_JOBQ", "{}"))
 
-if SYSTEM == "tasks_db":
+if SYSTEM == "jobq_tasks":
+    TASKS = {"default": {"BACKEND": "django_jobq.backend.JobqBackend"}}
+elif SYSTEM == "tasks_db":
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 elif SYSTEM == "ox":
     TASKS = {"default": {"BACKEND": "django_ox.backend.OxBackend"}}

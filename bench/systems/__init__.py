@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench.systems.base import System
 from bench.systems.jobq import Jobq
+from bench.systems.jobq_tasks import JobqTasks
 from bench.systems.ox_peer import Ox
 from bench.systems.pgqueuer_peer import Pgqueuer
 from bench.systems.procrastinate_peer import Procrastinate
@@ -12,7 +13,7 @@ from bench.systems.q2_peer import Q2
 from bench.systems.tasks_db_peer import TasksDb
 
 SYSTEMS: dict[str, type[System]] = {
-    cls.name: cls for cls in (Jobq, Procrastinate, Pgqueuer, TasksDb, Ox, Q2, Psycopg)
+    cls.name: cls for cls in (Jobq, JobqTasks, Procrastinate, Pgqueuer, TasksDb, Ox, Q2, Psycopg)
 }
 PEERS = [name for name, cls in SYSTEMS.items() if cls.peer]
 

@@ -22,7 +22,7 @@ def confirm_order(order_id: int) -> dict[str, object]:
 
 
 @task(queue_name="emails")
-def send_receipt(order_id: int) -> dict[str, object]:
-    """A Django task: ``send_receipt.enqueue(order.pk)`` writes a jobq row; jobq_worker runs it."""
+def email_receipt(order_id: int) -> dict[str, object]:
+    """A Django task: ``email_receipt.enqueue(order.pk)`` writes a jobq row; jobq_worker runs it."""
     order = Order.objects.get(pk=order_id)
     return {"order_id": order_id, "to": order.email, "sent": True}

@@ -28,7 +28,7 @@ def test_order_and_its_outbox_job_commit_together(client):
     assert (job.task, job.queue, job.payload) == ("shop.confirm_order", "outbox", {"order_id": order.pk})
     receipt = Job.objects.get(id=int(response.json()["receipt_id"]))  # Django's Tasks API, same transaction
     assert (receipt.task, receipt.queue, receipt.payload) == (
-        "example_project.shop.tasks.send_receipt", "emails", {"args": [order.pk], "kwargs": {}},
+        "example_project.shop.tasks.email_receipt", "emails", {"args": [order.pk], "kwargs": {}},
     )  # fmt: skip
 
 

@@ -62,3 +62,8 @@ def with_context(context, label):
 def record(label):
     _mark(label)
     return label
+
+
+@django_task
+def noop():
+    return None

@@ -12,7 +12,7 @@ from django.db import transaction
 from django_jobq.models import Job, WorkerRecord
 from django_jobq.worker import Worker
 from example_project.shop.models import Order
-from example_project.shop.tasks import confirm_order, search, send_receipt
+from example_project.shop.tasks import confirm_order, email_receipt, search
 
 DEMO_USER = ("demo", "demo")  # the example site's admin login, printed at the end; never for a real site
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
             with transaction.atomic():
                 order = Order.objects.create(email=email, total_cents=cents)
                 confirm_order.enqueue(order_id=order.pk)
-                send_receipt.enqueue(order.pk)  # Django's Tasks API, in the same transaction
+                email_receipt.enqueue(order.pk)  # Django's Tasks API, in the same transaction
                 if cents <= 0:
                     transaction.set_rollback(True)  # refused: neither the order nor its job remains
             self.stdout.write(
@@ -45,9 +45,9 @@ class Command(BaseCommand):
         self.stdout.write(f"after:  {self._counts()}")
         confirmed = Order.objects.filter(confirmed_at__isnull=False).count()
         self.stdout.write(f"orders confirmed: {confirmed} of {Order.objects.count()}")
-        receipts = Job.objects.filter(task=send_receipt.module_path)
+        receipts = Job.objects.filter(task=email_receipt.module_path)
         sent = [
-            str(send_receipt.get_result(str(job.id)).return_value["to"]) for job in receipts.order_by("id")
+            str(email_receipt.get_result(str(job.id)).return_value["to"]) for job in receipts.order_by("id")
         ]
         self.stdout.write(f"receipts sent (django.tasks): {', '.join(sent)}")
         self.explain()
