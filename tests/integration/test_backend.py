@@ -15,6 +15,7 @@ from django_jobq.listener import connection_params
 from django_jobq.models import Job, JobStatus
 from django_jobq.registry import find_task
 from django_jobq.tasks_api import (
+    FORWARDS_TASK_OPTIONS,
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -65,6 +66,13 @@ def test_task_options_reach_the_row():
     dtasks.always_fails.enqueue("x")
     assert Job.objects.get().max_attempts == 2
     assert find_task("tests.testapp.dtasks.always_fails").retry is dtasks.QUICK
+
+
+@pytest.mark.skipif(not FORWARDS_TASK_OPTIONS, reason="Django 6.0's @task does not pass options on")
+def test_djangos_own_decorator_passes_jobq_options_on():
+    dtasks.forwarded.enqueue()
+    assert Job.objects.get().max_attempts == 7
+    assert find_task("tests.testapp.dtasks.forwarded").timeout == 9
 
 
 def test_enqueue_joins_the_callers_transaction_and_notifies_on_commit():

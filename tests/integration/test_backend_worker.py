@@ -182,3 +182,24 @@ def test_takes_context_in_a_worker_process():
     assert (
         result.return_value["status"] == "RUNNING" and result.return_value["worker_ids"] == result.worker_ids
     )
+
+
+def test_a_dead_django_task_is_a_dead_letter_like_any_other(admin_client):
+    from django_jobq import dashboard
+
+    result = dtasks.always_fails.enqueue("d")
+    run_burst()
+    job = Job.objects.get()
+    assert job.status == JobStatus.DEAD
+    groups = dashboard.dead_letter_groups()
+    assert [(g.task, g.exception, g.jobs) for g in groups] == [
+        ("tests.testapp.dtasks.always_fails", "ValueError", 1)
+    ]
+    page = admin_client.get(f"/admin/django_jobq/deadjob/{job.pk}/change/").content.decode()
+    assert "tests.testapp.dtasks.always_fails" in page and "ValueError: boom d" in page
+    assert Job.objects.requeue(job.id)
+    assert dtasks.always_fails.get_result(result.id).status == TaskResultStatus.READY
+    run_burst()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and ran("fail:d") == 4  # a fresh budget of 2
+    assert len(result.errors) == len(result.worker_ids) == 4

@@ -6,6 +6,7 @@ import asyncio
 
 from django_jobq import RetryPolicy
 from django_jobq.backend import task
+from django_jobq.tasks_api import FORWARDS_TASK_OPTIONS
 from django_jobq.tasks_api import task as django_task
 
 from .models import Execution
@@ -67,3 +68,10 @@ def record(label):
 @django_task
 def noop():
     return None
+
+
+if FORWARDS_TASK_OPTIONS:  # Django 6.1 and the backport pass @task's extra options to the task class
+
+    @django_task(max_attempts=7, timeout=9)
+    def forwarded():
+        return "ok"
