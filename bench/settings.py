@@ -65,4 +65,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"stderr": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["stderr"], "level": "WARNING"},
+    # Django logs every task's start and finish at INFO (its "django" logger's level); off for every
+    # system built on Django's tasks framework, as django-jobq's own per-job INFO lines are.
+    "loggers": {"django.tasks": {"level": "WARNING"}},
 }
