@@ -22,8 +22,16 @@ from django.utils import timezone
 from . import backend_runner, validation
 from .backend_results import get_result
 from .backoff import RetryPolicy
-from .exceptions import ArgumentsNotJSON, ConfigurationError, InvalidPayload, JobqError, PayloadTooLarge
+from .exceptions import (
+    ArgumentsNotJSON,
+    ConfigurationError,
+    InvalidPayload,
+    JobqError,
+    PayloadMismatch,
+    PayloadTooLarge,
+)
 from .registry import find_task
+from .tasks import _signature
 from .tasks_api import (
     BaseTaskBackend,
     InvalidTask,
@@ -166,6 +174,7 @@ class JobqBackend(BaseTaskBackend):
         if find_task(name) is None:  # e.g. the registry was reset since the task was defined
             backend_runner.register(task, self)
         arguments, keywords = list(args), dict(kwargs)
+        _check_arguments(task, arguments, keywords)
         payload = {"args": arguments, "kwargs": keywords}
         key = getattr(task, "dedupe_key", None)
         on_duplicate = getattr(task, "on_duplicate", "skip")
@@ -193,7 +202,9 @@ class JobqBackend(BaseTaskBackend):
             raise
         except InvalidPayload as exc:
             raise ArgumentsNotJSON(f"{name}: {exc}") from None
-        if job_id is None or not created:  # a duplicate: the result of the job holding the key
+        if job_id is None:  # replace/debounce left a RUNNING or finished holder alone: its result
+            job_id, created = _key_holder(key), False
+        if not created:  # a duplicate: the result of the job holding the key
             result = get_result(self.alias, str(job_id))
         else:
             result = TaskResult(
@@ -207,6 +218,28 @@ class JobqBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> Any:
         """The task's result from its job row; TaskResultDoesNotExist for an unknown or pruned id."""
         return get_result(self.alias, result_id)
+
+
+def _check_arguments(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """PayloadMismatch (writing nothing) unless the arguments bind to the task's function."""
+    signature = _signature(task.func)
+    if signature is None:
+        return
+    try:
+        signature.bind(*((None,) if task.takes_context else ()), *args, **kwargs)
+    except TypeError as exc:
+        raise PayloadMismatch(f"arguments do not fit {task.module_path}{signature}: {exc}") from None
+
+
+def _key_holder(key: str | None) -> int | None:
+    """The id of the job holding dedupe key ``key``, if any."""
+    from .conf import jobq_settings
+    from .models import Job
+
+    if key is None:
+        return None
+    holders = Job.objects.using(jobq_settings().database).filter(dedupe_key=key, key_released=False)
+    return holders.values_list("id", flat=True).first()
 
 
 def call_options(task: Any) -> None:

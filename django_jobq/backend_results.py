@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from .conf import jobq_settings
 from .tasks_api import TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_attr
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ def get_result(alias: str, result_id: Any) -> Any:
         job_id = int(str(result_id))
     except ValueError:
         raise TaskResultDoesNotExist(f"no task result {result_id!r:.100}") from None
-    job = Job.objects.filter(id=job_id).only(*RESULT_COLUMNS).first() if 0 < job_id < 1 << 63 else None
+    rows = Job.objects.using(jobq_settings().database).filter(id=job_id).only(*RESULT_COLUMNS)
+    job = rows.first() if 0 < job_id < 1 << 63 else None
     if job is None:
         raise TaskResultDoesNotExist(f"no task result {result_id!r:.100} (unknown, or pruned)")
     task = backend_runner.django_task_of(resolve_task(job.task))
@@ -74,7 +76,8 @@ def running_result(task: Any, alias: str, context: JobContext) -> Any:
     job = context.job
     history: list[Any] = []
     if context.attempt > 1 or job.releases:
-        history = Job.objects.filter(id=job.id).values_list("errors", flat=True).first() or []
+        rows = Job.objects.using(jobq_settings().database).filter(id=job.id)
+        history = rows.values_list("errors", flat=True).first() or []
     history = [entry for entry in history if isinstance(entry, dict)]
     started = job.started_at if context.attempt == job.attempts else timezone.now()
     payload = job.payload

@@ -10,7 +10,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from django_jobq.backend import JobqBackend, JobqTask, jobq_priority
-from django_jobq.exceptions import ArgumentsNotJSON, PayloadTooLarge
+from django_jobq.exceptions import ArgumentsNotJSON, PayloadMismatch, PayloadTooLarge
 from django_jobq.listener import connection_params
 from django_jobq.models import Job, JobStatus
 from django_jobq.registry import find_task
@@ -98,6 +98,14 @@ def test_non_json_arguments_are_a_type_error_and_write_nothing():
     assert isinstance(caught.value, ArgumentsNotJSON)
     with pytest.raises(TypeError):
         dtasks.add.enqueue(1, b=float("nan"))
+    assert not Job.objects.exists()
+
+
+def test_arguments_that_do_not_fit_the_function_are_refused_at_enqueue():
+    with pytest.raises(PayloadMismatch, match="do not fit"):
+        dtasks.add.enqueue(1, 2, 3)
+    with pytest.raises(PayloadMismatch):
+        dtasks.with_context.enqueue()  # label missing (the context is the worker's)
     assert not Job.objects.exists()
 
 
@@ -192,6 +200,13 @@ def test_dedupe_key_answers_the_holders_result():
     second = dtasks.add.using(dedupe_key="k1").enqueue(5, 5)
     assert second.id == first.id and second.args == [1, 1]
     assert Job.objects.count() == 1
+
+
+def test_replace_with_a_running_holder_answers_the_holders_result():
+    first = dtasks.add.using(dedupe_key="k2", on_duplicate="replace").enqueue(1, 1)
+    Job.objects.filter(id=int(first.id)).update(status=JobStatus.RUNNING, worker_id="w1")
+    second = dtasks.add.using(dedupe_key="k2", on_duplicate="replace").enqueue(2, 2)
+    assert second.id == first.id and second.status == TaskResultStatus.RUNNING and second.args == [1, 1]
 
 
 def test_using_refuses_options_that_belong_to_the_decorator():
