@@ -116,7 +116,7 @@ def task(
     def wrapper(func: Callable[..., Any]) -> Any:
         return task_backends[backend].task_class(
             func=func, priority=priority, queue_name=queue_name, backend=backend,
-            takes_context=takes_context, **options,
+            takes_context=takes_context, run_after=None, **options,
         )  # fmt: skip
 
     return wrapper(function) if function is not None else wrapper
