@@ -203,3 +203,28 @@ def test_a_dead_django_task_is_a_dead_letter_like_any_other(admin_client):
     result.refresh()
     assert result.status == TaskResultStatus.FAILED and ran("fail:d") == 4  # a fresh budget of 2
     assert len(result.errors) == len(result.worker_ids) == 4
+
+
+def test_native_and_django_tasks_share_a_lane():
+    native = Job.objects.enqueue("test.echo", {"n": 1})
+    django_result = dtasks.add.enqueue(3, 4)
+    worker = run_burst({"default": 1})
+    assert worker.processed == 2
+    assert Job.objects.get(id=native).result == {"n": 1}
+    assert dtasks.add.get_result(django_result.id).return_value == 7
+
+
+def test_a_retry_after_a_lost_worker_sees_every_attempt():
+    """A first attempt whose worker vanished (lease expired, reaped) counts in worker_ids and errors."""
+    result = dtasks.with_context.enqueue("lost")
+    assert Job.objects.claim("ghost-worker") is not None
+    Job.objects.filter(id=int(result.id)).update(lease_until=timezone.now() - dt.timedelta(seconds=1))
+    assert Job.objects.reap() == [int(result.id)]
+    worker = run_burst()
+    result.refresh()
+    assert result.return_value == {
+        "status": "RUNNING", "attempt": 2, "id": result.id, "worker_ids": ["ghost-worker", worker.worker_id],
+    }  # fmt: skip
+    assert result.worker_ids == ["ghost-worker", worker.worker_id]
+    assert [e.exception_class_path for e in result.errors] == ["django_jobq.exceptions.WorkerLost"]
+    assert "lease expired" in result.errors[0].traceback
