@@ -1,4 +1,5 @@
-"""Tasks for the systems built on Django's tasks framework (django-tasks-db, django-ox)."""
+"""Tasks for the systems built on Django's tasks framework (django-jobq's JobqBackend,
+django-tasks-db, django-ox)."""
 
 from django.tasks import task
 

@@ -22,7 +22,12 @@ class Workload:
 
 
 def _queues(cls: type[System]) -> bool:
-    return cls.name != "psycopg"
+    return cls.name not in ("psycopg", DJANGO_TASKS_COLUMN)
+
+
+# django-jobq through Django's Tasks API: measured where it is held against native jobq (W1 single,
+# W2 c4, W3), not in the workloads that measure the queue itself.
+DJANGO_TASKS_COLUMN = "jobq_tasks"
 
 
 def workloads(s: Sizes) -> list[Workload]:
@@ -104,7 +109,9 @@ def workloads(s: Sizes) -> list[Workload]:
                 title=f"drain {s.drain_jobs:,} no-op jobs, total concurrency {concurrency}, jobs/s",
                 op="drain",
                 params={**drain, "concurrency": concurrency},
-                applies=_queues,
+                applies=lambda cls, c=concurrency: (
+                    _queues(cls) or (cls.name == DJANGO_TASKS_COLUMN and c == 4)
+                ),
             )
         )
     other_queues = {"QUEUES": {"mail": {"MAX_RUNNING": 2, "RATE_LIMIT": "10/s"}, "bulk": {"MAX_DEPTH": 1000}}}
@@ -134,7 +141,7 @@ def workloads(s: Sizes) -> list[Workload]:
             f"{s.latency_gap * 1000:g} ms apart; enqueue call -> function start, ms",
             op="latency",
             params={"jobs": s.latency_jobs, "gap": s.latency_gap, "concurrency": s.latency_concurrency},
-            applies=_queues,
+            applies=lambda cls: _queues(cls) or cls.name == DJANGO_TASKS_COLUMN,
         ),
         Workload(
             key=f"W6 c{s.sleep_concurrency}",

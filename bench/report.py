@@ -11,6 +11,7 @@ from bench.systems import PEERS, SYSTEMS
 
 JOBQ = "jobq"
 POOLED = "jobq_pgbouncer"  # django-jobq through PgBouncer, held against JOBQ on the same row
+DJANGO_TASKS = "jobq_tasks"  # django-jobq through Django's Tasks API, held against native jobq
 CEILING = "psycopg"
 
 
@@ -170,6 +171,16 @@ def targets(results: dict[str, Any], table_rows: list[dict[str, Any]]) -> list[d
         workload = row.split(" p")[0] if row.startswith("W3") else row
         return _median(results, workload, JOBQ, field)
 
+    def versus_native(workload: str, field: str = "rate") -> float | None:
+        """Django's Tasks API on jobq as a fraction of native jobq (latency: native / its own)."""
+        native, tasks = (
+            _median(results, workload, JOBQ, field),
+            _median(results, workload, DJANGO_TASKS, field),
+        )
+        if not native or not tasks:
+            return None
+        return native / tasks if field != "rate" else tasks / native
+
     checks = [
         ("W2 drain c4 >= 4x best peer", ratio("W2 c4", "vs_best_peer"), 4.0, ">="),
         ("W2 drain c4 >= 0.6x W4 ceiling, same batch", ratio("W2 c4", "vs_reference"), 0.6, ">="),
@@ -189,6 +200,9 @@ def targets(results: dict[str, Any], table_rows: list[dict[str, Any]]) -> list[d
             RSS_GROWTH_LIMIT,
             "<=",
         ),
+        ("django.tasks W1 single >= 0.9x native", versus_native("W1 single"), 0.9, ">="),
+        ("django.tasks W2 c4 >= 0.9x native", versus_native("W2 c4"), 0.9, ">="),
+        ("django.tasks W3 p50 >= 0.9x native (native p50 / its p50)", versus_native("W3", "p50"), 0.9, ">="),
     ]
     out = []
     for name, value, bound, op in checks:

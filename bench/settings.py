@@ -31,6 +31,7 @@ DATABASES = {
 _APPS = {
     "jobq": ["django_jobq", "bench.jobqapp"],
     "jobq_pgbouncer": ["django_jobq", "bench.jobqapp"],
+    "jobq_tasks": ["django_jobq"],
     "tasks_db": ["django_tasks_db"],
     "ox": ["django_ox"],
     "q2": ["django_q"],
@@ -54,7 +55,9 @@ if os.environ.get("BENCH_POOLER_URL"):
     }
     JOBQ = {"POOL_MODE": "transaction", "LISTEN_DATABASE": "direct", **JOBQ}
 
-if SYSTEM == "tasks_db":
+if SYSTEM == "jobq_tasks":
+    TASKS = {"default": {"BACKEND": "django_jobq.backend.JobqBackend"}}
+elif SYSTEM == "tasks_db":
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 elif SYSTEM == "ox":
     TASKS = {"default": {"BACKEND": "django_ox.backend.OxBackend"}}
@@ -76,4 +79,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"stderr": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["stderr"], "level": "WARNING"},
+    # Django logs every task's start and finish at INFO (its "django" logger's level); off for every
+    # system built on Django's tasks framework, as django-jobq's own per-job INFO lines are.
+    "loggers": {"django.tasks": {"level": "WARNING"}},
 }

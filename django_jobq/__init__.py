@@ -2,6 +2,7 @@
 
 from .backoff import RetryPolicy, compute_backoff
 from .exceptions import (
+    ArgumentsNotJSON,
     ConfigurationError,
     InvalidJob,
     InvalidPayload,
@@ -15,12 +16,14 @@ from .exceptions import (
     RateLimitUnavailable,
     UnknownTask,
     WaitTimeout,
+    WorkerLost,
 )
 from .tasks import Task, task
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentsNotJSON",
     "ConfigurationError",
     "InvalidJob",
     "InvalidPayload",
@@ -36,6 +39,7 @@ __all__ = [
     "Task",
     "UnknownTask",
     "WaitTimeout",
+    "WorkerLost",
     "compute_backoff",
     "task",
 ]

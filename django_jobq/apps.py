@@ -12,3 +12,19 @@ class JobqConfig(AppConfig):
 
         # Import every installed app's tasks.py so producers know all task names.
         autodiscover_modules("tasks")
+        _resolve_django_tasks()
+
+
+def _resolve_django_tasks() -> None:
+    """Let the worker find a Django task (by module path) whose module nothing imported yet."""
+    from django.conf import settings
+
+    backends = getattr(settings, "TASKS", None)
+    if not isinstance(backends, dict) or not any(
+        isinstance(params, dict) and str(params.get("BACKEND", "")).startswith("django_jobq.")
+        for params in backends.values()
+    ):
+        return
+    from . import backend_runner, registry
+
+    registry.add_resolver(backend_runner.resolve)

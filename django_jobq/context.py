@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True, kw_only=True)
@@ -19,6 +20,7 @@ class JobContext:
     # Runs the writes below on the worker's own connection, outside the task's transaction (so a task
     # inside transaction.atomic() never holds its job row locked against heartbeats and the reaper).
     side_write: Callable[[Callable[[], bool]], bool] | None = None
+    job: Any = None  # the Job as claimed (the columns a claim returns)
 
     @property
     def scheduled_for(self) -> dt.datetime | None:

@@ -22,9 +22,9 @@ from .dashboard_text import WORKERS_RECENT_SECONDS
 from .dashboard_text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
 from .dashboard_text import format_table as format_table  # re-exported: dashboard.format_table
 from .models import Job, JobStatus
+from .registry import registered_tasks
 from .sql import statements_for
 from .sql import stats as sql
-from .tasks import registered_tasks
 
 # DONE jobs are counted while there are at most this many (a pass over at most that many rows); above
 # it their number comes from the planner's statistics.

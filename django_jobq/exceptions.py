@@ -62,3 +62,11 @@ class JobFailed(JobqError):
 
 class QueueFull(JobqError):
     """The queue holds JOBQ["QUEUES"][queue]["MAX_DEPTH"] PENDING jobs already; nothing was written."""
+
+
+class ArgumentsNotJSON(InvalidPayload, TypeError):
+    """A django.tasks task's arguments do not serialise to JSON (a TypeError, as Django's backends raise)."""
+
+
+class WorkerLost(JobqError):
+    """An attempt ended without an exception: its worker stopped renewing the lease, or released the job."""

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from . import cron, ticks, validation
 from .conf import jobq_settings
 from .exceptions import InvalidJob, UnknownTask
-from .tasks import get_task
+from .registry import get_task
 
 if TYPE_CHECKING:
     from .models import Schedule

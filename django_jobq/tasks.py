@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import functools
 import inspect
 from collections.abc import Callable
@@ -12,15 +11,19 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from asgiref.sync import sync_to_async
 
-from . import validation
+from . import registry, validation
 from .backoff import RetryPolicy
 from .conf import rate_setting
-from .exceptions import ConfigurationError, PayloadMismatch, UnknownTask
+from .exceptions import ConfigurationError, PayloadMismatch
+from .registry import capped_tasks, close_task_names, find_task, get_task, registered_tasks
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_registry: dict[str, Task[Any, Any]] = {}
+__all__ = [
+    "EnqueueOptions", "Task", "capped_tasks", "close_task_names", "find_task", "get_task",
+    "registered_tasks", "task",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,11 +224,7 @@ def task(
             max_running_per_key=max_running_per_key,
             rate_limit=rate,
         )
-        old = _registry.get(task_name)
-        if old is not None and _origin(old.func) != _origin(func):
-            raise ConfigurationError(f"task name {task_name!r} is already registered for {_origin(old.func)}")
-        _registry[task_name] = new
-        return new
+        return registry.register(new)
 
     return register(func) if func is not None else register
 
@@ -246,53 +245,3 @@ def _answer(job: Any) -> Any:
     if job.status == JobStatus.DEAD:
         raise JobFailed(job)
     return job.result
-
-
-def _origin(func: Callable[..., Any]) -> str:
-    return f"{func.__module__}.{func.__qualname__}"
-
-
-def get_task(name: str) -> Task[Any, Any]:
-    """The task registered as ``name``; UnknownTask, naming the closest registered names, if there is none."""
-    try:
-        return _registry[name]
-    except KeyError:
-        raise UnknownTask(_unknown_task_message(name)) from None
-
-
-def close_task_names(name: str, limit: int = 3) -> list[str]:
-    """The registered names ``name`` most likely meant: same function name first, then similar spellings."""
-    last = name.rpartition(".")[2]
-    same_function = sorted(n for n in _registry if n.rpartition(".")[2] == last)
-    similar = difflib.get_close_matches(name, list(_registry), n=limit, cutoff=0.6)
-    return list(dict.fromkeys(same_function + similar))[:limit]
-
-
-def _unknown_task_message(name: str) -> str:
-    message = f"no task is registered as {name!r}"
-    if not _registry:
-        return message + (
-            "; no task is registered at all: define tasks in an installed app's tasks.py"
-            " (imported at start-up), or import the module that defines them"
-        )
-    close = close_task_names(name)
-    if not close:
-        return message + f" (registered: {len(_registry)} tasks, none with a similar name)"
-    quoted = [repr(n) for n in close]
-    options = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
-    return f"{message}; did you mean {options}?"
-
-
-def find_task(name: str) -> Task[Any, Any] | None:
-    return _registry.get(name)
-
-
-def registered_tasks() -> dict[str, Task[Any, Any]]:
-    return dict(_registry)
-
-
-def capped_tasks() -> dict[str, Task[Any, Any]]:
-    """The registered tasks with a max_running or max_running_per_key."""
-    return {
-        n: t for n, t in _registry.items() if t.max_running is not None or t.max_running_per_key is not None
-    }

@@ -119,7 +119,7 @@ def task_problem(task: str, payload: object) -> str | None:
     """Why ``task`` cannot be scheduled with ``payload`` (unknown, or the payload does not fit its
     signature), or None. Needs the task registry: call once the apps are ready."""
     from .exceptions import JobqError
-    from .tasks import get_task
+    from .registry import get_task
 
     try:
         get_task(task).check_call(payload)

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -24,6 +25,10 @@ INSTALLED_APPS = [
     "django_jobq",
     "example_project.shop",
 ]
+if django.VERSION < (6, 0):  # Django's Tasks API from the django-tasks backport
+    INSTALLED_APPS.append("django_tasks")
+# Django's Tasks API (@task from django.tasks) on the jobq table and worker.
+TASKS = {"default": {"BACKEND": "django_jobq.backend.JobqBackend", "QUEUES": ["default", "emails"]}}
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

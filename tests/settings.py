@@ -1,5 +1,6 @@
 """Settings for the test suite: a real PostgreSQL from DATABASE_URL."""
 
+import django
 import environ
 
 env = environ.Env()
@@ -18,6 +19,15 @@ INSTALLED_APPS = [
     "example_project.shop",
     "tests.testapp",
 ]
+if django.VERSION < (6, 0):  # Django's Tasks API from the django-tasks backport
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {
+    "default": {
+        "BACKEND": "django_jobq.backend.JobqBackend",
+        "QUEUES": ["default", "emails", "slow", "other"],
+        "OPTIONS": {"MAX_ATTEMPTS": 3},
+    }
+}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -6,6 +6,7 @@ from bench.systems.base import System
 from bench.systems.chancy_peer import ChancyPeer
 from bench.systems.jobq import Jobq
 from bench.systems.jobq_pgbouncer import JobqPgbouncer
+from bench.systems.jobq_tasks import JobqTasks
 from bench.systems.oban_peer import Oban
 from bench.systems.ox_peer import Ox
 from bench.systems.pgqueuer_defaults import PgqueuerDefaults
@@ -20,6 +21,7 @@ SYSTEMS: dict[str, type[System]] = {
     for cls in (
         Jobq,
         JobqPgbouncer,
+        JobqTasks,
         Procrastinate,
         Pgqueuer,
         PgqueuerDefaults,

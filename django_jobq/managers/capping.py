@@ -7,7 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ..conf import jobq_settings
-from ..tasks import capped_tasks
+from ..registry import capped_tasks
 from .base import BaseJobManager
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from django.db import transaction
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
-from ..tasks import capped_tasks
+from ..registry import capped_tasks
 from .capping import CapManager
 
 if TYPE_CHECKING:
@@ -152,6 +152,7 @@ class ConsumerManager(CapManager):
         backoff_seconds: float | None = None,
         permanent: bool = False,
         fence: int | None = None,
+        error_class: str | None = None,
     ) -> JobStatus | None:
         """RUNNING -> PENDING (retry after the backoff) or DEAD; None when not the owner.
 
@@ -166,6 +167,7 @@ class ConsumerManager(CapManager):
             "fence": self._fence(fence),
             "permanent": bool(permanent),
             "error": validation.error_text(error),
+            "error_class": None if error_class is None else validation.error_text(error_class),
             "base": conf.backoff_base,
             "cap": conf.backoff_cap,
             "backoff": None
@@ -217,13 +219,21 @@ class ConsumerManager(CapManager):
         return [row[0] for row in self._execute(self._sql().RELEASE_UNSTARTED, params)]
 
     def retry_in_slot(
-        self, job_id: int, worker_id: str, fence: int, error: Any, lease_seconds: float | None = None
+        self,
+        job_id: int,
+        worker_id: str,
+        fence: int,
+        error: Any,
+        lease_seconds: float | None = None,
+        *,
+        error_class: str | None = None,
     ) -> tuple[int, int] | None:
         """Record a failed attempt and begin the next one without releasing the job: the new (attempt,
         fence), or None when not the owner or no attempts remain."""
         params = {
             "id": job_id, "worker_id": worker_id, "fence": fence,
             "error": validation.error_text(error), "lease": self._lease(lease_seconds),
+            "error_class": None if error_class is None else validation.error_text(error_class),
         }  # fmt: skip
         rows = self._execute(self._sql().RETRY_IN_SLOT, params)
         return (int(rows[0][0]), int(rows[0][1])) if rows else None

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob, QueueFull
-from ..tasks import find_task, get_task
+from ..registry import find_task, get_task
 from .base import BaseJobManager
 
 

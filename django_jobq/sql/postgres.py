@@ -17,7 +17,8 @@ cannot deadlock with each other or be stalled by a slow transaction; a skipped r
 by the next pass.
 
 The per-job error history keeps only the last %(history)s entries (_append_error); error_count
-counts every failed attempt.
+counts every failed attempt. An entry holds the attempt, when, the worker, the error text and, when an
+exception failed the attempt, its class path ('class').
 """
 
 from .postgres_enqueue import window_over
@@ -100,7 +101,7 @@ SET status = CASE WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
     worker_id = CASE WHEN {_GIVE_UP} THEN worker_id END,
     lease_until = NULL,
     last_error = %(error)s, error_count = error_count + 1,
-    errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text)")}
+    errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text, 'class', %(error_class)s::text)")}
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING status, {_wake_waiters("j", f"j.status = {DEAD}")}
 """
@@ -274,7 +275,7 @@ UPDATE jobq_job AS j
 SET attempts = attempts + 1, fence = fence + 1, started_at = {NOW},
     lease_until = {NOW} + make_interval(secs => %(lease)s),
     last_error = %(error)s, error_count = error_count + 1,
-    errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text)")}
+    errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text, 'class', %(error_class)s::text)")}
 WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts
 RETURNING attempts, fence
 """

@@ -17,7 +17,7 @@ from django.db import connections
 from .. import signals
 from ..conf import jobq_settings
 from ..models import Job, JobStatus
-from ..tasks import find_task
+from ..registry import resolve_task
 from .base import is_connection_error
 from .lanes import Lane, Running
 from .pausing import PauseMixin
@@ -169,7 +169,7 @@ class DispatchMixin(PauseMixin):
         default_timeout = jobq_settings().job_timeout
         jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))  # slots take them in claim order
         for job in jobs:
-            task = find_task(job.task)
+            task = resolve_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
             entry = Running(job, job.fence, job.attempts, lane, timeout)
             with self._lock:
@@ -242,7 +242,7 @@ class DispatchMixin(PauseMixin):
             status = self._db(
                 lambda: Job.objects.fail(
                     job.id, self.worker_id, outcome.error, backoff_seconds=outcome.backoff,
-                    permanent=outcome.permanent, fence=outcome.fence,
+                    permanent=outcome.permanent, fence=outcome.fence, error_class=outcome.error_class,
                 )
             )  # fmt: skip
         except DatabaseError as exc:  # its error text was refused: never retry the same write

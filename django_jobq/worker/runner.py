@@ -23,7 +23,8 @@ from ..context import JobContext
 from ..exceptions import InvalidPayload, JobTimeout, PermanentError, RateLimitUnavailable
 from ..managers import result_json
 from ..ratelimit import TokenBucket
-from ..tasks import Task, find_task
+from ..registry import resolve_task
+from ..tasks import Task
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -44,6 +45,7 @@ class Outcome:
     attempt: int  # that run's attempt number (for logs and signals)
     result_json: str | None = None  # set on success
     error: str | None = None  # set on failure
+    error_class: str | None = None  # the exception's class path, when an exception failed the run
     permanent: bool = False
     backoff: float | None = None  # seconds before the retry
     duration: float = 0.0
@@ -90,6 +92,12 @@ def default_policy() -> RetryPolicy:
     return RetryPolicy(base=conf.backoff_base, cap=conf.backoff_cap, permanent=permanent)
 
 
+def class_path(exc: BaseException) -> str:
+    """The exception's class as an importable path (stored with each failed attempt)."""
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def format_error(exc: BaseException) -> str:
     """The exception with its traceback (no local variables, so no settings or secrets)."""
     try:
@@ -117,12 +125,12 @@ class SlotRunner:
         try:
             return self._run(job, fence, attempt, on_attempt)
         except Exception as exc:  # never let a job end the slot: a failure like any other, retried
-            return Outcome(fence=fence, attempt=attempt, error=format_error(exc))
+            return Outcome(fence=fence, attempt=attempt, error=format_error(exc), error_class=class_path(exc))
         finally:
             close_old_connections()
 
     def _run(self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt) -> Outcome:
-        task = find_task(job.task)
+        task = resolve_task(job.task)
         if task is None:
             error = f"no task is registered as {job.task!r}"
             return Outcome(fence=fence, attempt=attempt, error=error, permanent=True)
@@ -146,26 +154,52 @@ class SlotRunner:
                 )
             except Exception as exc:
                 duration = time.monotonic() - started
-                error = format_error(exc)
+                error, error_class = format_error(exc), class_path(exc)
                 permanent = isinstance(exc, (PermanentError, InvalidPayload, *policy.permanent))
                 if permanent or attempt >= job.max_attempts:
                     return Outcome(
-                        fence=fence, attempt=attempt, error=error, permanent=permanent, duration=duration
+                        fence=fence,
+                        attempt=attempt,
+                        error=error,
+                        error_class=error_class,
+                        permanent=permanent,
+                        duration=duration,
                     )
                 delay = policy.delay(attempt)
                 if delay > conf.short_retry_seconds:
                     return Outcome(
-                        fence=fence, attempt=attempt, error=error, backoff=delay, duration=duration
+                        fence=fence,
+                        attempt=attempt,
+                        error=error,
+                        error_class=error_class,
+                        backoff=delay,
+                        duration=duration,
                     )
                 # A short delay: wait in the slot, keeping the job (the heartbeat renews its lease).
                 if self.stopping.wait(delay):
-                    return Outcome(fence=fence, attempt=attempt, error=error, backoff=0, duration=duration)
+                    return Outcome(
+                        fence=fence,
+                        attempt=attempt,
+                        error=error,
+                        error_class=error_class,
+                        backoff=0,
+                        duration=duration,
+                    )
                 from ..models import Job as JobModel
 
                 try:
-                    renewed = JobModel.objects.retry_in_slot(job.id, self.worker_id, fence, error)
+                    renewed = JobModel.objects.retry_in_slot(
+                        job.id, self.worker_id, fence, error, error_class=error_class
+                    )
                 except DatabaseError:  # the database is away: fail this attempt the usual way instead
-                    return Outcome(fence=fence, attempt=attempt, error=error, backoff=0, duration=duration)
+                    return Outcome(
+                        fence=fence,
+                        attempt=attempt,
+                        error=error,
+                        error_class=error_class,
+                        backoff=0,
+                        duration=duration,
+                    )
                 if renewed is None or not on_attempt(*renewed):
                     return Outcome(fence=fence, attempt=attempt, abandoned=True, duration=duration)
                 logger.info(
@@ -200,7 +234,7 @@ class SlotRunner:
                 JobContext(
                     job_id=job.id, task=job.task, attempt=attempt, max_attempts=job.max_attempts,
                     worker_id=self.worker_id, fence=fence, side_write=self.side_write,
-                    dedupe_key=job.dedupe_key,
+                    dedupe_key=job.dedupe_key, job=job,
                 ),
             )  # fmt: skip
         task.check_call(job.payload, *args)

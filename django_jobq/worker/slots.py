@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ..conf import jobq_settings
-from ..tasks import find_task
+from ..registry import find_task
 from .base import WorkerBase
 from .lanes import Lane, Running
 from .runner import Outcome, SlotRunner, format_error

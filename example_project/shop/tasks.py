@@ -1,8 +1,10 @@
-"""The example site's tasks: a deduplicated search and a transactional-outbox confirmation."""
+"""The example site's tasks: a deduplicated search and a transactional-outbox confirmation (jobq's
+@task), and a receipt written with Django's own Tasks API (django.tasks's @task on JobqBackend)."""
 
 from django.utils import timezone
 
 import django_jobq
+from django_jobq.tasks_api import task  # django.tasks.task (Django 6), django_tasks.task (5.2)
 
 from .models import Order
 
@@ -17,3 +19,10 @@ def search(query: str) -> dict[str, object]:
 def confirm_order(order_id: int) -> dict[str, object]:
     updated = Order.objects.filter(pk=order_id, confirmed_at__isnull=True).update(confirmed_at=timezone.now())
     return {"order_id": order_id, "newly_confirmed": bool(updated)}
+
+
+@task(queue_name="emails")
+def email_receipt(order_id: int) -> dict[str, object]:
+    """A Django task: ``email_receipt.enqueue(order.pk)`` writes a jobq row; jobq_worker runs it."""
+    order = Order.objects.get(pk=order_id)
+    return {"order_id": order_id, "to": order.email, "sent": True}

@@ -33,7 +33,7 @@ def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 def test_every_system_is_available_or_says_why():
     listing = bench("--list").stdout.splitlines()
     names = {line.split()[0]: line for line in listing}
-    assert set(names) == {"jobq", "jobq_pgbouncer", "psycopg", *PEERS}
+    assert set(names) == {"jobq", "jobq_pgbouncer", "jobq_tasks", "psycopg", *PEERS}
     for line in names.values():
         reason = line.rstrip().endswith("available") or any(
             why in line for why in ("not installed", "needs", "failed")
@@ -118,3 +118,17 @@ def test_quick_drain_of_the_newer_peers_with_their_memory_or_a_reason_for_skippi
         assert runs and all("error" not in r for r in runs), (name, runs)
         assert runs[0]["rss_warm_mib"] > 0 and runs[0]["rss_after_mib"] > 0, runs
         assert rows["W2 c4 RSS after warm-up"]["cells"][name] is not None
+
+
+@pytest.mark.slow
+def test_quick_run_of_the_django_tasks_column(tmp_path):
+    """django-jobq through Django's Tasks API, measured where it is held against native jobq."""
+    out = tmp_path / "bench.json"
+    bench("--quick", "--systems", "jobq,jobq_tasks", "--workloads", "W1,W2,W3", "--json", str(out))
+    doc = json.loads(out.read_text())
+    for key in ("W1 single", "W2 c4", "W3"):
+        runs = doc["results"][key]["jobq_tasks"]
+        assert runs and all("error" not in r for r in runs), (key, runs)
+    assert "jobq_tasks" not in doc["results"]["W2 c16"] and "jobq_tasks" not in doc["results"]["W1 bulk"]
+    targets = {t["target"]: t for t in doc["targets"]}
+    assert targets["django.tasks W2 c4 >= 0.9x native"]["value"] is not None

@@ -26,6 +26,10 @@ def test_order_and_its_outbox_job_commit_together(client):
     order = Order.objects.get()
     job = Job.objects.get(id=response.json()["job_id"])
     assert (job.task, job.queue, job.payload) == ("shop.confirm_order", "outbox", {"order_id": order.pk})
+    receipt = Job.objects.get(id=int(response.json()["receipt_id"]))  # Django's Tasks API, same transaction
+    assert (receipt.task, receipt.queue, receipt.payload) == (
+        "example_project.shop.tasks.email_receipt", "emails", {"args": [order.pk], "kwargs": {}},
+    )  # fmt: skip
 
 
 def test_refused_order_leaves_neither_row_nor_job(client):
@@ -44,17 +48,18 @@ def run_demo() -> str:
 def test_demo_command_drains_what_it_enqueued():
     text = run_demo()
     assert "duplicate, not enqueued" in text and "refused, rolled back" in text
-    assert "after:  PENDING=0, RUNNING=0, DONE=5, DEAD=0" in text
+    assert "after:  PENDING=0, RUNNING=0, DONE=7, DEAD=0" in text
     assert "orders confirmed: 2 of 2" in text
+    assert "receipts sent (django.tasks): ada@example.com, cy@example.com" in text
 
 
 @pytest.mark.django_db(transaction=True)
 def test_demo_starts_from_a_clean_slate_each_run():
     run_demo()
     text = run_demo()
-    assert "clean slate: removed 5 job(s) and 2 order(s) of an earlier run" in text
-    assert "before: PENDING=5, RUNNING=0, DONE=0, DEAD=0" in text
-    assert "after:  PENDING=0, RUNNING=0, DONE=5, DEAD=0" in text
+    assert "clean slate: removed 7 job(s) and 2 order(s) of an earlier run" in text
+    assert "before: PENDING=7, RUNNING=0, DONE=0, DEAD=0" in text
+    assert "after:  PENDING=0, RUNNING=0, DONE=7, DEAD=0" in text
     assert "orders confirmed: 2 of 2" in text
 
 

@@ -20,7 +20,7 @@ import pytest
 from django.core.management import get_commands, load_command_class
 from django.test import RequestFactory
 
-from django_jobq import tasks
+from django_jobq import registry, tasks
 from django_jobq.models import Job, JobStatus
 from tests.conftest import ROOT
 
@@ -88,7 +88,7 @@ RUNNABLE = [block for block in PYTHON if block.not_run is None]
 @pytest.fixture
 def readme_modules(monkeypatch):
     """Run README blocks as modules in a sandbox: sys.modules and the task registry are restored after."""
-    monkeypatch.setattr(tasks, "_registry", dict(tasks._registry))
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
     saved = dict(sys.modules)
     for name, target in ALIASES.items():
         __import__(target)

@@ -94,10 +94,10 @@ def test_unknown_task_names_the_registered_names_closest_to_it():
 
 
 def test_unknown_task_says_so_when_nothing_is_close(monkeypatch):
-    from django_jobq import tasks
+    from django_jobq import registry
 
     with pytest.raises(UnknownTask, match=r"none with a similar name"):
         get_task("zzzz")
-    monkeypatch.setattr(tasks, "_registry", {})
+    monkeypatch.setattr(registry, "_registry", {})
     with pytest.raises(UnknownTask, match=r"no task is registered at all"):
         get_task("shop.send_receipt")

@@ -12,7 +12,7 @@ from django.db import transaction
 from django_jobq.models import Job, WorkerRecord
 from django_jobq.worker import Worker
 from example_project.shop.models import Order
-from example_project.shop.tasks import confirm_order, search
+from example_project.shop.tasks import confirm_order, email_receipt, search
 
 DEMO_USER = ("demo", "demo")  # the example site's admin login, printed at the end; never for a real site
 
@@ -32,18 +32,24 @@ class Command(BaseCommand):
             with transaction.atomic():
                 order = Order.objects.create(email=email, total_cents=cents)
                 confirm_order.enqueue(order_id=order.pk)
+                email_receipt.enqueue(order.pk)  # Django's Tasks API, in the same transaction
                 if cents <= 0:
                     transaction.set_rollback(True)  # refused: neither the order nor its job remains
             self.stdout.write(
                 f"order for {email}: " + ("refused, rolled back" if cents <= 0 else f"#{order.pk}")
             )
         self.stdout.write(f"before: {self._counts()}")
-        worker = Worker({"interactive": 4, "outbox": 2}, burst=True)
+        worker = Worker({"interactive": 4, "outbox": 2, "emails": 1}, burst=True)
         worker.run()
         self.stdout.write(f"worker {worker.worker_id} ran {worker.processed} job(s)")
         self.stdout.write(f"after:  {self._counts()}")
         confirmed = Order.objects.filter(confirmed_at__isnull=False).count()
         self.stdout.write(f"orders confirmed: {confirmed} of {Order.objects.count()}")
+        receipts = Job.objects.filter(task=email_receipt.module_path)
+        sent = [
+            str(email_receipt.get_result(str(job.id)).return_value["to"]) for job in receipts.order_by("id")
+        ]
+        self.stdout.write(f"receipts sent (django.tasks): {', '.join(sent)}")
         self.explain()
 
     def clean_slate(self) -> None:
@@ -69,8 +75,11 @@ class Command(BaseCommand):
             "    search for the same words was still pending (the database's unique index decides).\n"
             "  - 3 orders were written, each with its confirmation job in the same transaction; the\n"
             "    refused one was rolled back and took its job with it (no order, no job).\n"
-            "  - A worker with two lanes (interactive: 4 slots, outbox: 2) ran every due job, stored each\n"
-            "    result, and exited once nothing was due (--burst).\n"
+            "  - Each order also enqueued its receipt with Django's own Tasks API (@task from\n"
+            "    django.tasks, TASKS on django_jobq.backend.JobqBackend): a row in the same table and\n"
+            "    transaction, run by the same worker, its result read with get_result().\n"
+            "  - A worker with three lanes (interactive: 4 slots, outbox: 2, emails: 1) ran every due job,\n"
+            "    stored each result, and exited once nothing was due (--burst).\n"
             "\nTry next:\n"
             "  - the queue's figures in the terminal:\n"
             f"    {prefix}{python} manage.py jobq_stats\n"

@@ -1,0 +1,313 @@
+"""JobqBackend: Django's Tasks API (``@task``, ``enqueue``, ``get_result``) on the jobq table.
+
+Configure it the Django way::
+
+    TASKS = {"default": {"BACKEND": "django_jobq.backend.JobqBackend", "QUEUES": ["default"]}}
+
+A Django task is a jobq task named by its module path: the worker, the admin, retries, dead letters and
+the statistics treat it like a native one. Django's priority (-100..100, higher first, default 0) maps
+onto jobq's (lower first, default 100) as ``jobq priority = 100 - Django priority``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from django.core.checks import CheckMessage, Error
+from django.utils import timezone
+
+from . import backend_runner, validation
+from .backend_results import get_result
+from .backoff import RetryPolicy
+from .exceptions import (
+    ArgumentsNotJSON,
+    ConfigurationError,
+    InvalidPayload,
+    JobqError,
+    PayloadMismatch,
+    PayloadTooLarge,
+)
+from .registry import find_task
+from .tasks import _signature
+from .tasks_api import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+)
+
+if TYPE_CHECKING:
+    _TaskBase = Task[..., Any]  # generic in the type stubs only
+else:
+    _TaskBase = Task
+
+OPTION_KEYS = frozenset({"MAX_ATTEMPTS", "TIMEOUT"})
+# Per-call options that JobqTask.using() accepts besides Django's own.
+CALL_OPTIONS = ("max_attempts", "dedupe_key", "on_duplicate", "dedupe_done", "dedupe_dead", "concurrency_key")
+
+
+class InvalidJobqTask(InvalidTask, JobqError):
+    """A task's jobq options are invalid, or the backend cannot run it."""
+
+
+def jobq_priority(django_priority: int) -> int:
+    """Django's priority (higher runs first, default 0) as jobq's (lower runs first, default 100)."""
+    return 100 - django_priority
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobqTask(_TaskBase):
+    """Django's Task with jobq's options; ``@task(max_attempts=10)`` (Django 6.1, the backport) or
+    ``django_jobq.backend.task(...)`` (every version) sets them."""
+
+    max_attempts: int | None = None  # None: OPTIONS["MAX_ATTEMPTS"], then JOBQ["MAX_ATTEMPTS"]
+    timeout: float | None = None  # seconds; None: OPTIONS["TIMEOUT"], then JOBQ["JOB_TIMEOUT"]
+    retry: RetryPolicy | None = None  # None: JOBQ's backoff and permanent exceptions
+    dedupe_key: str | None = None  # one job per key (set per call with using(dedupe_key=...))
+    on_duplicate: str = "skip"  # "skip" (answer the holder), "replace" or "debounce"
+    dedupe_done: float | dt.timedelta | None = None
+    dedupe_dead: float | dt.timedelta | None = None
+    concurrency_key: str | None = None
+    max_running: int | None = None  # this task's jobs RUNNING at once, across every worker
+    max_running_per_key: int | None = None
+    rate_limit: str | None = None  # e.g. "10/s": starts allowed across every worker
+
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: dt.datetime | None = None,
+        backend: str | None = None,
+        **options: Any,
+    ) -> JobqTask:
+        """Django's using(), plus the per-call jobq options (max_attempts, dedupe_key, on_duplicate,
+        dedupe_done, dedupe_dead, concurrency_key)."""
+        unknown = sorted(set(options) - set(CALL_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"using() got unexpected options {', '.join(unknown)} "
+                f"(per call: {', '.join(CALL_OPTIONS)}; the others belong to the decorator)"
+            )
+        new: JobqTask = Task.using(
+            self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend
+        )  # type: ignore[assignment]
+        return replace(new, **options) if options else new
+
+
+def task(
+    function: Callable[..., Any] | None = None,
+    *,
+    priority: int = 0,
+    queue_name: str = "default",
+    backend: str = "default",
+    takes_context: bool = False,
+    **options: Any,
+) -> Any:
+    """Django's ``@task`` with jobq's options, on every supported Django version (6.0's own decorator
+    does not pass options on)."""
+
+    def wrapper(func: Callable[..., Any]) -> Any:
+        return task_backends[backend].task_class(
+            func=func, priority=priority, queue_name=queue_name, backend=backend,
+            takes_context=takes_context, run_after=None, **options,
+        )  # fmt: skip
+
+    return wrapper(function) if function is not None else wrapper
+
+
+class JobqBackend(BaseTaskBackend):
+    task_class = JobqTask
+
+    supports_defer = True  # run_after: the job's run_at
+    supports_async_task = True  # async def tasks run on the worker slot's event loop
+    supports_get_result = True  # results are the job rows, read from any process
+    supports_priority = True  # mapped onto jobq's claim order (100 - priority)
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.queues_given = params.get("QUEUES")
+
+    # -- options ----------------------------------------------------------------------------------
+    @property
+    def default_max_attempts(self) -> int | None:
+        value = self.options.get("MAX_ATTEMPTS") if isinstance(self.options, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    @property
+    def default_timeout(self) -> float | None:
+        value = self.options.get("TIMEOUT") if isinstance(self.options, dict) else None
+        return (
+            float(value)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+            else None
+        )
+
+    def check(self, **kwargs: Any) -> list[Any]:
+        return [*super().check(**kwargs), *option_problems(self.alias, self.options, self.queues_given)]
+
+    # -- tasks ------------------------------------------------------------------------------------
+    def validate_task(self, task: Any) -> None:
+        """Django's checks, then jobq's: the task's options and queue; registers it as a jobq task."""
+        super().validate_task(task)
+        try:
+            if task.run_after is not None:
+                validation.aware(task.run_after, "run_after")
+            validation.queue(task.queue_name)
+            call_options(task)
+            if find_task(task.module_path) is None:
+                backend_runner.register(task, self)
+        except (JobqError, TypeError) as exc:
+            raise InvalidJobqTask(f"{task.module_path}: {exc}") from None
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """One jobq row in the caller's transaction (NOTIFY on its commit); the result's id is the job's."""
+        from .models import Job
+
+        name = task.module_path
+        if find_task(name) is None:  # e.g. the registry was reset since the task was defined
+            backend_runner.register(task, self)
+        arguments, keywords = list(args), dict(kwargs)
+        _check_arguments(task, arguments, keywords)
+        payload = {"args": arguments, "kwargs": keywords}
+        key = getattr(task, "dedupe_key", None)
+        on_duplicate = getattr(task, "on_duplicate", "skip")
+        max_attempts = getattr(task, "max_attempts", None)
+        options: dict[str, Any] = {
+            "queue": task.queue_name,
+            "priority": jobq_priority(task.priority),
+            "run_at": task.run_after,
+            "max_attempts": self.default_max_attempts if max_attempts is None else max_attempts,
+            "dedupe_key": key,
+            "dedupe_done": getattr(task, "dedupe_done", None),
+            "dedupe_dead": getattr(task, "dedupe_dead", None),
+            "concurrency_key": getattr(task, "concurrency_key", None),
+        }
+        job_id: int | None
+        try:
+            if key is not None and on_duplicate == "skip":
+                job_id, created = Job.objects.enqueue_or_get(name, payload, **options)
+            else:
+                job_id, created = (
+                    Job.objects.enqueue(name, payload, on_duplicate=on_duplicate, **options),
+                    True,
+                )
+        except PayloadTooLarge:
+            raise
+        except InvalidPayload as exc:
+            raise ArgumentsNotJSON(f"{name}: {exc}") from None
+        if job_id is None:  # replace/debounce left a RUNNING or finished holder alone: its result
+            job_id, created = _key_holder(key), False
+        if not created:  # a duplicate: the result of the job holding the key
+            result = get_result(self.alias, str(job_id))
+        else:
+            result = TaskResult(
+                task=task, id=str(job_id), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
+                started_at=None, finished_at=None, last_attempted_at=None, args=arguments,
+                kwargs=keywords, backend=self.alias, errors=[], worker_ids=[],
+            )  # fmt: skip
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> Any:
+        """The task's result from its job row; TaskResultDoesNotExist for an unknown or pruned id."""
+        return get_result(self.alias, result_id)
+
+
+def _check_arguments(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """PayloadMismatch (writing nothing) unless the arguments bind to the task's function."""
+    signature = _signature(task.func)
+    if signature is None:
+        return
+    try:
+        signature.bind(*((None,) if task.takes_context else ()), *args, **kwargs)
+    except TypeError as exc:
+        raise PayloadMismatch(f"arguments do not fit {task.module_path}{signature}: {exc}") from None
+
+
+def _key_holder(key: str | None) -> int | None:
+    """The id of the job holding dedupe key ``key``, if any."""
+    from .conf import jobq_settings
+    from .models import Job
+
+    if key is None:
+        return None
+    holders = Job.objects.using(jobq_settings().database).filter(dedupe_key=key, key_released=False)
+    return holders.values_list("id", flat=True).first()
+
+
+def call_options(task: Any) -> None:
+    """Check the per-call jobq options a task carries (the task-level ones are checked when it is
+    registered); a JobqError for the first bad one."""
+    from .managers.producing import ON_DUPLICATE
+
+    if (attempts := getattr(task, "max_attempts", None)) is not None:
+        validation.max_attempts(attempts)
+    key = validation.dedupe_key(getattr(task, "dedupe_key", None))
+    validation.concurrency_key(getattr(task, "concurrency_key", None))
+    on_duplicate = getattr(task, "on_duplicate", "skip")
+    if on_duplicate not in ON_DUPLICATE:
+        raise ConfigurationError(
+            f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}, not {on_duplicate!r:.100}"
+        )
+    if on_duplicate != "skip" and key is None:
+        raise ConfigurationError(f"on_duplicate={on_duplicate!r} needs a dedupe_key")
+    for what in ("dedupe_done", "dedupe_dead"):
+        if (window := getattr(task, what, None)) is not None:
+            validation.seconds(window, what)
+
+
+def option_problems(alias: str, options: Any, queues: Any) -> list[CheckMessage]:
+    """jobq.E101-E104: the backend's OPTIONS and QUEUES."""
+    where = f"TASKS[{alias!r}]"
+    hint = "See 'Using Django's Tasks API' in README.md."
+    if not isinstance(options, dict):
+        return [
+            Error(
+                f"{where}['OPTIONS'] must be a dict, not {type(options).__name__}", hint=hint, id="jobq.E101"
+            )
+        ]
+    problems: list[CheckMessage] = []
+    if unknown := sorted(map(str, set(options) - OPTION_KEYS)):
+        problems.append(
+            Error(
+                f"{where}['OPTIONS'] has unknown keys {', '.join(unknown)}",
+                hint=f"Known: {', '.join(sorted(OPTION_KEYS))}.",
+                id="jobq.E101",
+            )
+        )
+    if "MAX_ATTEMPTS" in options:
+        try:
+            validation.max_attempts(options["MAX_ATTEMPTS"])
+        except JobqError as exc:
+            problems.append(Error(f"{where}['OPTIONS']['MAX_ATTEMPTS']: {exc}", hint=hint, id="jobq.E102"))
+    if "TIMEOUT" in options:
+        value = options["TIMEOUT"]
+        try:
+            if validation.seconds(value, "TIMEOUT") == 0:
+                raise ConfigurationError("TIMEOUT must be positive")
+        except JobqError as exc:
+            problems.append(Error(f"{where}['OPTIONS']['TIMEOUT']: {exc}", hint=hint, id="jobq.E103"))
+    if queues is not None:
+        names = list(queues) if isinstance(queues, list | tuple | set | frozenset) else None
+        if not names:
+            problems.append(
+                Error(
+                    f"{where}['QUEUES'] names no queue: {queues!r:.100}",
+                    hint="List the queue names tasks may use, or leave QUEUES out for ['default'].",
+                    id="jobq.E104",
+                )
+            )
+        else:
+            for name in names:
+                try:
+                    validation.queue(name)
+                except JobqError as exc:
+                    problems.append(Error(f"{where}['QUEUES']: {exc}", hint=hint, id="jobq.E104"))
+    return problems

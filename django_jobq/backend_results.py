@@ -1,0 +1,109 @@
+"""A job row as Django's TaskResult.
+
+Statuses: PENDING (new, or a retry scheduled) -> READY, RUNNING -> RUNNING, DONE -> SUCCESSFUL,
+DEAD -> FAILED. ``worker_ids`` has one entry per attempt, in order: the worker of each attempt in the
+row's error history, then the worker of the running or successful attempt. ``errors`` has one
+TaskError per failed attempt, oldest first (as many as JOBQ["ERROR_HISTORY"] keeps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+
+from .conf import jobq_settings
+from .tasks_api import TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_attr
+
+if TYPE_CHECKING:
+    from .context import JobContext
+    from .models import Job
+
+WORKER_LOST = "django_jobq.exceptions.WorkerLost"  # an attempt that ended without an exception
+RESULT_COLUMNS = (
+    "id", "task", "queue", "priority", "status", "payload", "run_at", "created_at", "started_at",
+    "finished_at", "worker_id", "errors", "result",
+)  # fmt: skip
+_STATUS = {0: TaskResultStatus.READY, 1: TaskResultStatus.RUNNING, 2: TaskResultStatus.SUCCESSFUL,
+           3: TaskResultStatus.FAILED}  # fmt: skip
+
+
+def get_result(alias: str, result_id: Any) -> Any:
+    """The result of job ``result_id``; TaskResultDoesNotExist unless it is a Django task's job."""
+    from . import backend_runner
+    from .models import Job
+    from .registry import resolve_task
+
+    try:
+        job_id = int(str(result_id))
+    except ValueError:
+        raise TaskResultDoesNotExist(f"no task result {result_id!r:.100}") from None
+    rows = Job.objects.using(jobq_settings().database).filter(id=job_id).only(*RESULT_COLUMNS)
+    job = rows.first() if 0 < job_id < 1 << 63 else None
+    if job is None:
+        raise TaskResultDoesNotExist(f"no task result {result_id!r:.100} (unknown, or pruned)")
+    task = backend_runner.django_task_of(resolve_task(job.task))
+    if task is None:
+        raise TaskResultDoesNotExist(f"job {job_id} is not a Django task's ({job.task!r:.100})")
+    return result_of(job, task, alias)
+
+
+def result_of(job: Job, task: Any, alias: str) -> Any:
+    """Django's TaskResult for a job row with RESULT_COLUMNS loaded."""
+    status = _STATUS[job.status]
+    history = [entry for entry in (job.errors or []) if isinstance(entry, dict)]
+    worker_ids = [str(entry.get("worker") or "") for entry in history]
+    if status in (TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL) and job.worker_id:
+        worker_ids.append(job.worker_id)
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    result: Any = TaskResult(
+        task=_as_enqueued(task, job), id=str(job.id), status=status, enqueued_at=job.created_at,
+        started_at=job.started_at, finished_at=job.finished_at, last_attempted_at=job.started_at,
+        args=list(payload.get("args") or []), kwargs=dict(payload.get("kwargs") or {}), backend=alias,
+        errors=[_error(entry) for entry in history], worker_ids=worker_ids,
+    )  # fmt: skip
+    if status == TaskResultStatus.SUCCESSFUL:
+        set_attr(result, "_return_value", job.result)
+    return result
+
+
+def running_result(task: Any, alias: str, context: JobContext) -> Any:
+    """The RUNNING result a task sees in its worker. The claim's columns suffice on a first attempt;
+    a later one reads the error history (the earlier attempts' workers and errors)."""
+    from .models import Job
+
+    job = context.job
+    history: list[Any] = []
+    if context.attempt > 1 or job.releases:
+        rows = Job.objects.using(jobq_settings().database).filter(id=job.id)
+        history = rows.values_list("errors", flat=True).first() or []
+    history = [entry for entry in history if isinstance(entry, dict)]
+    started = job.started_at if context.attempt == job.attempts else timezone.now()
+    payload = job.payload
+    return TaskResult(
+        task=_as_enqueued(task, job), id=str(job.id), status=TaskResultStatus.RUNNING,
+        enqueued_at=job.created_at, started_at=started, finished_at=None, last_attempted_at=started,
+        args=list(payload.get("args") or []), kwargs=dict(payload.get("kwargs") or {}), backend=alias,
+        errors=[_error(entry) for entry in history],
+        worker_ids=[*(str(entry.get("worker") or "") for entry in history), context.worker_id],
+    )  # fmt: skip
+
+
+def _error(entry: dict[str, Any]) -> TaskError:
+    return TaskError(
+        exception_class_path=str(entry.get("class") or WORKER_LOST), traceback=str(entry.get("error") or "")
+    )
+
+
+def _as_enqueued(task: Any, job: Job) -> Any:
+    """The task as this job was enqueued: its queue, priority and run_after (when it was deferred)."""
+    changes: dict[str, Any] = {}
+    if job.queue != task.queue_name:
+        changes["queue_name"] = job.queue
+    priority = 100 - job.priority
+    if priority != task.priority and -100 <= priority <= 100:
+        changes["priority"] = priority
+    if job.run_at is not None and job.created_at is not None and job.run_at > job.created_at:
+        changes["run_after"] = job.run_at
+    return replace(task, **changes) if changes else task

@@ -1,0 +1,174 @@
+"""The worker side of the django.tasks backend: a Django task as a jobq task, and running it.
+
+A Django task is registered in jobq's registry under its module path, with a runner function that
+calls it with Django's semantics (TaskContext, task_started / task_finished). A worker meeting a row
+whose task nobody registered resolves the name here: it imports a module only if it is already
+imported or belongs to an installed app, and accepts only a Task bound to a JobqBackend there; any
+other name (a forged row naming ``os.system``) stays unknown, so the job goes DEAD running nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+
+from . import registry
+from .exceptions import InvalidPayload, PayloadMismatch, PermanentError
+from .tasks import _signature
+from .tasks import task as jobq_task
+from .tasks_api import Task, TaskContext, TaskError, TaskResultStatus, set_attr, task_finished, task_started
+
+if TYPE_CHECKING:
+    from .context import JobContext
+    from .tasks import Task as JobqTaskEntry
+
+logger = logging.getLogger("django_jobq")
+
+
+def register(task: Any, backend: Any) -> JobqTaskEntry[Any, Any]:
+    """Register the Django ``task`` as the jobq task named by its module path."""
+    run = _runner(task, backend)
+    timeout = _given(getattr(task, "timeout", None), backend.default_timeout)
+    return jobq_task(
+        name=task.module_path, queue=task.queue_name, priority=100 - task.priority,
+        max_attempts=_given(getattr(task, "max_attempts", None), backend.default_max_attempts),
+        timeout=timeout, retry=getattr(task, "retry", None), takes_context=True,
+        dedupe_done=getattr(task, "dedupe_done", None), dedupe_dead=getattr(task, "dedupe_dead", None),
+        max_running=getattr(task, "max_running", None),
+        max_running_per_key=getattr(task, "max_running_per_key", None),
+        rate_limit=getattr(task, "rate_limit", None),
+    )(run)  # fmt: skip
+
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def django_task_of(entry: Any) -> Any:
+    """The Django task behind a registered jobq task, or None for a native one."""
+    return getattr(getattr(entry, "func", None), "django_task", None)
+
+
+def resolve(name: str) -> JobqTaskEntry[Any, Any] | None:
+    """The registered jobq task for a Django task named by module path, importing its module only
+    when it is already imported or belongs to an installed app; None for anything else."""
+    from .backend import JobqBackend
+
+    module_name, _, attribute = name.rpartition(".")
+    if not module_name or not attribute.isidentifier():
+        return None
+    module = sys.modules.get(module_name)
+    if module is None:
+        if not _in_installed_app(module_name):
+            return None
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # a broken module: the name stays unknown
+            logger.warning("could not import %s for task %s: %s", module_name, name, exc)
+            return None
+    found = module.__dict__.get(attribute)
+    if not isinstance(found, Task) or found.module_path != name:
+        return None
+    backend = found.get_backend()
+    if not isinstance(backend, JobqBackend):
+        return None
+    return registry.find_task(name) or register(found, backend)
+
+
+def _in_installed_app(module_name: str) -> bool:
+    return any(
+        module_name == config.name or module_name.startswith(config.name + ".")
+        for config in apps.get_app_configs()
+    )
+
+
+def _runner(task: Any, backend: Any) -> Callable[..., Any]:
+    """The function the worker calls with (JobContext, args, kwargs): a coroutine function for an
+    async task, so it runs on the slot's event loop under the job's timeout."""
+    if inspect.iscoroutinefunction(task.func):
+
+        async def run(context: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
+            result, call_args = _start(task, backend, context, args, kwargs)
+            try:
+                value = await task.func(*call_args, **kwargs)
+            except BaseException as exc:
+                _finish_failed(task, backend, context, result, exc)
+                raise
+            return _finish_ok(backend, result, value)
+
+    else:
+
+        def run(context: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:  # type: ignore[misc]
+            result, call_args = _start(task, backend, context, args, kwargs)
+            try:
+                value = task.func(*call_args, **kwargs)
+            except BaseException as exc:
+                _finish_failed(task, backend, context, result, exc)
+                raise
+            return _finish_ok(backend, result, value)
+
+    run.django_task = task  # type: ignore[attr-defined]
+    run.jobq_origin = task.module_path  # type: ignore[attr-defined]
+    return run
+
+
+def _start(task: Any, backend: Any, context: JobContext, args: Any, kwargs: Any) -> tuple[Any, list[Any]]:
+    """The RUNNING result, the call's positional arguments (checked to fit the function), and
+    task_started sent."""
+    from .backend_results import running_result
+
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise InvalidPayload("a Django task's payload holds a list 'args' and an object 'kwargs'")
+    result = running_result(task, backend.alias, context)
+    call_args = [TaskContext(task_result=result), *args] if task.takes_context else list(args)
+    signature = _signature(task.func)
+    if signature is not None:
+        try:
+            signature.bind(*call_args, **kwargs)
+        except TypeError as exc:
+            raise PayloadMismatch(f"arguments do not fit {task.module_path}{signature}: {exc}") from None
+    _send(task_started, backend, result)
+    return result, call_args
+
+
+def _finish_ok(backend: Any, result: Any, value: Any) -> Any:
+    from django.utils import timezone
+
+    set_attr(result, "status", TaskResultStatus.SUCCESSFUL)
+    set_attr(result, "finished_at", timezone.now())
+    set_attr(result, "_return_value", value)
+    _send(task_finished, backend, result)
+    return value
+
+
+def _finish_failed(task: Any, backend: Any, context: JobContext, result: Any, exc: BaseException) -> None:
+    """On the attempt that ends the job (permanent error or no attempts left): FAILED, task_finished."""
+    from django.utils import timezone
+
+    from .worker.runner import class_path, default_policy, format_error
+
+    entry = registry.find_task(task.module_path)
+    policy = (entry.retry if entry else None) or default_policy()
+    permanent = isinstance(exc, (PermanentError, InvalidPayload, *policy.permanent))
+    if not permanent and context.attempt < context.max_attempts:
+        return  # the job goes back to READY for another attempt
+    result.errors.append(TaskError(exception_class_path=class_path(exc), traceback=format_error(exc)))
+    set_attr(result, "status", TaskResultStatus.FAILED)
+    set_attr(result, "finished_at", timezone.now())
+    _send(task_finished, backend, result)
+
+
+def _send(signal: Any, backend: Any, result: Any) -> None:
+    """Send a Django task signal; a receiver that raises is logged, never fails the job."""
+    for receiver, response in signal.send_robust(sender=type(backend), task_result=result):
+        if isinstance(response, Exception):
+            logger.error(
+                "task signal receiver %r raised", receiver,
+                exc_info=(type(response), response, response.__traceback__),
+            )  # fmt: skip
