@@ -82,7 +82,7 @@ class Reachable:
     def __init__(self, network: str) -> None:
         self.line = f"host all all {network} trust  # jobq-tests"
         self.hba = setting("hba_file")
-        self.changed_listen = False
+        self.listen_before: str | None = None  # set when changed: the ALTER SYSTEM value, "" if none
         self.added_line = False
 
     def apply(self) -> None:
@@ -95,8 +95,10 @@ class Reachable:
             reload()
         if setting("listen_addresses").strip() != "*":
             with connection.cursor() as cursor:
+                cursor.execute("SELECT setting, sourcefile FROM pg_settings WHERE name = 'listen_addresses'")
+                value, source = cursor.fetchone()
+                self.listen_before = value if (source or "").endswith("postgresql.auto.conf") else ""
                 cursor.execute("ALTER SYSTEM SET listen_addresses = '*'")
-            self.changed_listen = True
             restart("fast")  # listen_addresses takes a restart
 
     def undo(self) -> None:
@@ -106,7 +108,10 @@ class Reachable:
             with open(self.hba, "w") as handle:
                 handle.writelines(lines)
             reload()
-        if self.changed_listen:
+        if self.listen_before is not None:
             with connection.cursor() as cursor:
-                cursor.execute("ALTER SYSTEM RESET listen_addresses")
+                if self.listen_before:
+                    cursor.execute(f"ALTER SYSTEM SET listen_addresses = '{self.listen_before}'")
+                else:
+                    cursor.execute("ALTER SYSTEM RESET listen_addresses")
             restart("fast")
