@@ -81,13 +81,13 @@ class Processes:
         self.files: dict[str, Path] = {}
 
     def start(self, name: str, command: str, *args: str, prefix: Sequence[str] = (),
-              env: dict[str, str] | None = None) -> subprocess.Popen[str]:  # fmt: skip
-        """Start ``manage.py command args`` as ``name`` (optionally behind ``prefix``, e.g. ``ip netns
-        exec NS`` or ``faketime -f -3h``)."""
+              env: dict[str, str] | None = None, module: str = "django") -> subprocess.Popen[str]:  # fmt: skip
+        """Start ``python -m module command args`` (a management command) as ``name``, optionally
+        behind ``prefix`` (e.g. ``ip netns exec NS`` or ``faketime -f -3h``)."""
         path = self.files[name] = self.logs / f"{name}.log"
         with open(path, "a") as log:
             proc = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "django", command, *args],
+                [*prefix, sys.executable, "-m", module, command, *args],
                 env=child_env(**{**self.env, **(env or {})}), cwd=ROOT, text=True,
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
