@@ -8,6 +8,7 @@ JOBQ_SOAK_SECONDS shortens the run (the open transaction lasts a sixth of it, in
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import re
 import threading
@@ -50,12 +51,16 @@ class Sample:
     live: int
     table_bytes: int
     index_bytes: int
+    vacuums: int  # autovacuum and vacuum runs of jobq_job so far
 
 
 def _sample(t0: float) -> Sample:
-    dead, live = sql("SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE relname = 'jobq_job'")[0]
+    dead, live, vacuums = sql(
+        "SELECT n_dead_tup, n_live_tup, autovacuum_count + vacuum_count FROM pg_stat_user_tables"
+        " WHERE relname = 'jobq_job'"
+    )[0]
     table, index = sql("SELECT pg_table_size('jobq_job'), pg_indexes_size('jobq_job')")[0]
-    return Sample(round(time.monotonic() - t0, 1), dead, live, table, index)
+    return Sample(round(time.monotonic() - t0, 1), dead, live, table, index, vacuums)
 
 
 def _latencies(since: dt.datetime, lo: float, hi: float, t0: dt.datetime) -> list[float]:
@@ -79,7 +84,7 @@ def _mib(value: int) -> float:
 def _write_doc(figures: dict, samples: list[Sample]) -> None:
     step = max(1, len(samples) // 12)
     rows = "\n".join(
-        f"| {s.at:.0f} | {s.dead} | {s.live} | {_mib(s.table_bytes)} | {_mib(s.index_bytes)} |"
+        f"| {s.at:.0f} | {s.dead} | {s.live} | {_mib(s.table_bytes)} | {_mib(s.index_bytes)} | {s.vacuums} |"
         for s in samples[::step] + ([samples[-1]] if (len(samples) - 1) % step else [])
     )
     f = figures
@@ -95,12 +100,15 @@ from {f["hold_from_s"]:.0f} s.
 | while it is open | {f["claim_ms"]["during"]["p50"]} | {f["claim_ms"]["during"]["p99"]} | {f["claim_ms"]["during"]["n"]} |
 | after it ends | {f["claim_ms"]["after"]["p50"]} | {f["claim_ms"]["after"]["p99"]} | {f["claim_ms"]["after"]["n"]} |
 
-Recovery after the transaction ends: claim p99 back within 1.5 x the before figure after
-{f["claim_recovered_after_s"]} s; dead tuples back to 1.5 x their peak before it after
-{f["dead_tuples_recovered_after_s"]} s (None: not within the run). Jobs lost: {f["lost"]}; run twice: {f["run_twice"]}.
+Recovery after the transaction ends: claim p99 (5-second windows) back within 1.5 x the before
+figure after {f["claim_recovered_after_s"]} s; the first vacuum of jobq_job after it
+{f["first_vacuum_after_hold_s"]} s, dead tuples then {f["dead_tuples_after_first_vacuum"]} (None: not
+within the run). Dead tuples at their peak: {f["dead_tuples_peak"]}. Table + indexes:
+{f["size_mib"]["start"]} MiB at the start, {f["size_mib"]["end"]} MiB at the end (nothing is pruned
+within the DONE retention of 7 days). Jobs lost: {f["lost"]}; run twice: {f["run_twice"]}.
 
-| t (s) | dead tuples | live tuples | table MiB | indexes MiB |
-|---|---|---|---|---|
+| t (s) | dead tuples | live tuples | table MiB | indexes MiB | vacuums so far |
+|---|---|---|---|---|---|
 {rows}
 {END}"""
     doc = DOC.read_text()
@@ -175,16 +183,14 @@ def test_soak_at_seventy_percent_with_a_long_open_transaction(processes: Process
     claims = {name: _latencies(since, lo, hi, t0_db) for name, (lo, hi) in windows.items()}
     before_p99 = percentile(claims["before"], 99)
     claim_recovered = None
-    for start in range(int(hold_ended), int(SECONDS), 5):
+    for start in range(math.ceil(hold_ended), int(SECONDS), 5):
         window = _latencies(since, start, start + 5, t0_db)
         if window and before_p99 is not None and percentile(window, 99) <= 1.5 * before_p99:
             claim_recovered = round(start - hold_ended, 1)
             break
     peak_before = max((s.dead for s in samples if s.at < hold_began), default=0)
-    dead_recovered = next(
-        (round(s.at - hold_ended, 1) for s in samples if s.at >= hold_ended and s.dead <= 1.5 * peak_before),
-        None,
-    )
+    at_end = next(s for s in samples if s.at >= hold_ended)
+    vacuumed = next((s for s in samples if s.at >= hold_ended and s.vacuums > at_end.vacuums), None)
     runs = Ledger.objects.filter(job_id__in=produced).count()
     figures = report(
         "soak",
@@ -207,7 +213,8 @@ def test_soak_at_seventy_percent_with_a_long_open_transaction(processes: Process
             "during": max((s.dead for s in samples if hold_began <= s.at < hold_ended), default=0),
             "after": max((s.dead for s in samples if s.at >= hold_ended), default=0),
         },
-        dead_tuples_recovered_after_s=dead_recovered,
+        first_vacuum_after_hold_s=None if vacuumed is None else round(vacuumed.at - hold_ended, 1),
+        dead_tuples_after_first_vacuum=None if vacuumed is None else vacuumed.dead,
         size_mib={
             "start": _mib(samples[0].table_bytes + samples[0].index_bytes),
             "end": _mib(samples[-1].table_bytes + samples[-1].index_bytes),
