@@ -36,6 +36,7 @@ ENV = {
     "JOBQ_HEARTBEAT_SECONDS": str(HEARTBEAT),
     "JOBQ_POLL_INTERVAL": str(POLL),
 }
+MARGIN = 2.0  # seconds, on the recovery bound (see the last assertion)
 SLACK = 0.05  # seconds: the ledger's statement_timestamp() against this process's clock
 
 
@@ -213,6 +214,7 @@ def test_chaos_kills_and_restarts_lose_nothing_and_accept_no_stale_write(process
     assert unexplained == [], f"runs repeated with no fault touching them: {unexplained[:20]}"
     assert set(runs) == set(ids)
     assert chaos.kills and recovery, "the kills held no job: nothing was recovered"
-    # Kill to return is bounded by the lease (renewed until the kill) and one reaper interval; a
-    # second's margin for a pass and its statements on a loaded machine.
-    assert figures["recovery_after_kill_s"]["max"] <= bound + 1.0
+    # Kill to return is bounded by the lease (renewed until the kill) and one reaper interval. The
+    # margin: a heartbeat already sent when the SIGKILL lands still renews the lease once the server
+    # runs it, and a reaper pass takes its time on a loaded machine.
+    assert figures["recovery_after_kill_s"]["max"] <= bound + MARGIN
