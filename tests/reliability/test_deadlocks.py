@@ -186,6 +186,7 @@ def test_everything_at_once_meets_no_deadlock_and_leaves_nothing_stuck(processes
         deadlocks_detected_by_postgres=deadlocks,
         serialisation_errors_in_logs=len(in_logs),
         serialisation_errors_in_callers=len(in_callers),
+        serialisation_errors_by_caller=dict(Counter(e.split(":", 1)[0] for e in in_callers)),
         other_caller_errors=len(load.errors) - len(in_callers),
         stuck=counts["PENDING"] + counts["RUNNING"],
         final_counts=counts,
