@@ -88,6 +88,7 @@ def _write_doc(figures: dict, samples: list[Sample]) -> None:
         for s in samples[::step] + ([samples[-1]] if (len(samples) - 1) % step else [])
     )
     f = figures
+    peak = f["dead_tuples_peak"]
     text = f"""{BEGIN}
 Run of {f["date"]}: {f["seconds"]:.0f} s of steady load{" (a shortened run)" if f["seconds"] < 1800 else ""},
 {WORKERS} workers x {SLOTS} slots, jobs of {JOB_MS} ms; capacity measured at {f["capacity_jobs_per_s"]} jobs/s,
@@ -103,7 +104,7 @@ from {f["hold_from_s"]:.0f} s.
 Recovery after the transaction ends: claim p99 (5-second windows) back within 1.5 x the before
 figure after {f["claim_recovered_after_s"]} s; the first vacuum of jobq_job after it
 {f["first_vacuum_after_hold_s"]} s, dead tuples then {f["dead_tuples_after_first_vacuum"]} (None: not
-within the run). Dead tuples at their peak: {f["dead_tuples_peak"]}. Table + indexes:
+within the run). Dead tuples at their peak: {peak["before"]} before, {peak["during"]} during, {peak["after"]} after. Table + indexes:
 {f["size_mib"]["start"]} MiB at the start, {f["size_mib"]["end"]} MiB at the end (nothing is pruned
 within the DONE retention of 7 days). Jobs lost: {f["lost"]}; run twice: {f["run_twice"]}.
 
