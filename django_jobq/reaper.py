@@ -13,6 +13,7 @@ import socket
 import threading
 from dataclasses import dataclass
 
+import psycopg
 from django.db import Error as DatabaseError
 from django.db import connections
 
@@ -106,7 +107,7 @@ class Reaper:
                 try:
                     if self.acquire():
                         self.run_once()
-                except DatabaseError as exc:
+                except (DatabaseError, psycopg.Error) as exc:  # psycopg's: the rate-limit pool
                     logger.warning("reaper: database error (%s); retrying", exc)
                     connections[jobq_settings().database].close()
                 stopping.wait(self.interval)

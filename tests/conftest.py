@@ -10,6 +10,16 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(config, items):
+    """The soak (marker ``soak``, 30 minutes) runs only when ``-m`` names it: ``tox -e soak``."""
+    if "soak" in (config.option.markexpr or ""):
+        return
+    kept = [item for item in items if item.get_closest_marker("soak") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
 @pytest.fixture
 def python_clock(settings):
     """Make every statement use timezone.now(), so time-machine moves the queue's clock."""

@@ -2,8 +2,6 @@
 subprocesses, kill them or restart PostgreSQL; they never run alongside other database tests."""
 
 import datetime as dt
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from django.db import connection
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
 from django_jobq.reaper import LEASE_NAME, Reaper
+from tests import pgcluster
 from tests.conftest import child_env, start_worker, wait_until
 from tests.testapp.models import Execution
 
@@ -109,26 +108,8 @@ def test_poison_job_goes_dead_and_the_pool_recovers():
     assert Job.objects.filter(id__in=normal, status=JobStatus.DONE).count() == 20
 
 
-def _can_restart_postgres() -> str | None:
-    if os.geteuid() != 0:
-        return "restarting PostgreSQL needs root"
-    if not shutil.which("pg_ctlcluster") or not os.path.isdir("/etc/postgresql"):
-        return "no pg_ctlcluster: this PostgreSQL is not a local Debian cluster"
-    if connection.settings_dict.get("HOST") not in ("127.0.0.1", "localhost", "", None):
-        return "the test database is not on this machine"
-    return None
-
-
-def restart_postgres() -> None:
-    version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
-        check=True, timeout=120, capture_output=True,
-    )  # fmt: skip
-
-
 @pytest.mark.p0
-@pytest.mark.skipif(_can_restart_postgres() is not None, reason=str(_can_restart_postgres()))
+@pytest.mark.skipif(pgcluster.restart_problem() is not None, reason=str(pgcluster.restart_problem()))
 def test_workers_survive_a_postgresql_restart_and_finish_every_job_once():
     total = 1200
     ids = Job.objects.enqueue_many(NewJob("test.record", {"pause": 0.004}) for _ in range(total))
@@ -136,8 +117,7 @@ def test_workers_survive_a_postgresql_restart_and_finish_every_job_once():
     workers = [start_worker("--concurrency", "4", "--worker-id", f"survivor-{n}", env=env) for n in range(2)]
     try:
         wait_until(lambda: Job.objects.filter(status=JobStatus.DONE).count() > total // 5, timeout=60)
-        restart_postgres()
-        connection.close()
+        pgcluster.restart("fast")
         assert all(w.poll() is None for w in workers)  # the restart killed no worker
         wait_until(lambda: Job.objects.filter(status=JobStatus.DONE).count() == total, timeout=120,
                    interval=0.5, message="every job DONE after the restart")  # fmt: skip

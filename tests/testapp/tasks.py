@@ -13,7 +13,7 @@ from django.utils import timezone
 import django_jobq
 from django_jobq import PermanentError, RetryPolicy
 
-from .models import Execution
+from .models import Execution, Ledger
 
 
 @django_jobq.task(name="test.noop")
@@ -236,3 +236,14 @@ def rate_limited(context):
         job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id,
         ran_at=timezone.now(),
     )  # fmt: skip
+
+
+@django_jobq.task(name="test.ledger", takes_context=True, max_attempts=100)
+def ledger(context, ms: int = 0, first_run_seconds: float = 0.0):
+    """A reliability job: write the ledger row of this run (job, attempt, fence), then work ``ms``
+    milliseconds; a first run (fence 1) takes ``first_run_seconds`` more."""
+    Ledger.objects.create(
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id
+    )
+    time.sleep(ms / 1000 + (first_run_seconds if context.fence == 1 else 0.0))
+    return {"fence": context.fence}
