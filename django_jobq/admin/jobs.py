@@ -292,7 +292,7 @@ class JobAdmin(RequeueActions):
         if kept:
             self.message_user(
                 request,
-                f"{kept} job(s) were not deleted: they are running (or no longer exist).",
+                f"{kept} job(s) were not deleted: they are running, being changed at this moment, or gone.",
                 messages.WARNING,
             )
 

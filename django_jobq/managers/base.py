@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
-from django.db import connections, models
+from django.db import OperationalError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import DEFERRED
@@ -19,6 +21,28 @@ from ..sql import statements_for
 
 if TYPE_CHECKING:
     from ..models import Job
+
+T = TypeVar("T")
+CONFLICT_RETRIES = 5  # runs of a statement that PostgreSQL aborted to break a deadlock, at most
+
+
+def retrying_conflicts(alias: str, run: Callable[[], T]) -> T:
+    """``run()`` in a savepoint (its own transaction outside one), run again when PostgreSQL aborts it
+    to break a deadlock or a serialisation conflict: the savepoint undoes its work, so running it
+    again is safe. For statements that lock several rows another statement may lock in another order
+    (keyed bulk enqueue, bulk requeue)."""
+    for attempt in range(CONFLICT_RETRIES):
+        try:
+            with transaction.atomic(using=alias):
+                return run()
+        except OperationalError as exc:
+            conflict = isinstance(
+                exc.__cause__, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure
+            )
+            if not conflict or attempt == CONFLICT_RETRIES - 1:
+                raise
+            time.sleep(random.uniform(0, 0.005 * 2**attempt))  # the other side commits meanwhile
+    raise AssertionError("unreachable")
 
 
 class QueueCursor(psycopg.Cursor[Any]):

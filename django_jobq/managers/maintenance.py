@@ -7,12 +7,12 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
-from .base import BaseJobManager
+from .base import BaseJobManager, retrying_conflicts
 
 if TYPE_CHECKING:
     from ..models import JobStatus
@@ -51,9 +51,11 @@ class MaintenanceManager(BaseJobManager):
             return requeued
 
     def _requeue(self, params: dict[str, Any]) -> list[int]:
-        with transaction.atomic(using=self.connection.alias):
+        def run() -> list[int]:
             self._execute(self._sql().REQUEUE_FREE_KEYS, params)
             return [row[0] for row in self._execute(self._sql().REQUEUE, params)]
+
+        return retrying_conflicts(self.connection.alias, run)
 
     def prune(self, status: JobStatus, older_than: float, batch: int) -> int:
         """Delete up to ``batch`` DONE or DEAD jobs finished more than ``older_than`` seconds ago."""

@@ -12,7 +12,7 @@ from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob, QueueFull
 from ..registry import find_task, get_task
-from .base import BaseJobManager
+from .base import BaseJobManager, retrying_conflicts
 
 
 class NewJob(NamedTuple):
@@ -280,4 +280,8 @@ class ProducerManager(BaseJobManager):
             statement = sql.ENQUEUE_MANY
         else:
             statement = sql.ENQUEUE_MANY_KEYED if on_duplicate == "skip" else sql.ENQUEUE_MANY_REPLACE
-        return [row[0] for row in self._execute(statement, params)]
+        if not keys:  # plain inserts take no row lock: nothing to deadlock with
+            return [row[0] for row in self._execute(statement, params)]
+        return retrying_conflicts(
+            self.connection.alias, lambda: [row[0] for row in self._execute(statement, params)]
+        )

@@ -155,15 +155,16 @@ ENQUEUE_OR_GET_GATED = _enqueue_or_get(gated=True)
 # of a key inside the batch: the first wins, and DO UPDATE could not touch a row twice), and insert in
 # key order: every keyed batch then takes its keys' locks (the holders' rows, the index entries it
 # waits on) in the same order, so two batches sharing keys queue behind each other, never deadlock.
-_MANY = f"""
-    SELECT u.task, u.queue, u.payload::jsonb, {PENDING}, u.priority, COALESCE(u.run_at, {NOW}), 0,
-           u.max_attempts, 0, 0, 0, u.dedupe_key, make_interval(secs => u.dedupe_done),
-           make_interval(secs => u.dedupe_dead), u.concurrency_key, '[]'::jsonb, {NOW}
-    FROM unnest(%(tasks)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::smallint[],
+_BATCH = """unnest(%(tasks)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::smallint[],
                 %(run_ats)b::timestamptz[], %(max_attempts)b::int[], %(dedupe_keys)b::text[],
                 %(dedupe_dones)b::float8[], %(dedupe_deads)b::float8[], %(concurrency_keys)b::text[])
          AS u(task, queue, payload, priority, run_at, max_attempts, dedupe_key, dedupe_done, dedupe_dead,
               concurrency_key)"""
+_MANY = f"""
+    SELECT u.task, u.queue, u.payload::jsonb, {PENDING}, u.priority, COALESCE(u.run_at, {NOW}), 0,
+           u.max_attempts, 0, 0, 0, u.dedupe_key, make_interval(secs => u.dedupe_done),
+           make_interval(secs => u.dedupe_dead), u.concurrency_key, '[]'::jsonb, {NOW}
+    FROM {_BATCH}"""
 _WOKEN = """woken AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM job) AS q WHERE %(notify)s
 )
@@ -174,17 +175,45 @@ WITH job AS (
     RETURNING id, queue
 ), {_WOKEN}
 """
-_ENQUEUE_MANY_KEYED = f"""
-WITH freed AS (
+_FREED_MANY = f"""freed AS (
     UPDATE jobq_job AS h SET key_released = true
     WHERE h.dedupe_key = ANY(%(keys)s::text[]) AND NOT h.key_released AND {window_over("h")}
     RETURNING h.id
-), job AS (
+)"""
+ENQUEUE_MANY_KEYED = f"""
+WITH {_FREED_MANY}, job AS (
     INSERT INTO jobq_job ({_COLUMNS}) {_MANY}, (SELECT count(*) FROM freed) AS f
     ORDER BY u.dedupe_key
-    ON CONFLICT (dedupe_key) WHERE {HELD} {{on_conflict}}
+    ON CONFLICT (dedupe_key) WHERE {HELD} DO NOTHING
     RETURNING id, queue
 ), {_WOKEN}
 """
-ENQUEUE_MANY_KEYED = _ENQUEUE_MANY_KEYED.format(on_conflict=_SKIP)
-ENQUEUE_MANY_REPLACE = _ENQUEUE_MANY_KEYED.format(on_conflict=_REPLACE)
+# enqueue_many with on_duplicate="replace": the PENDING holders of the batch's keys (of the same task)
+# are locked in key order and take the new payload, priority and run_at; then the other jobs are
+# inserted as ENQUEUE_MANY_KEYED does (a replaced holder conflicts: nothing inserted for it). Unlike
+# ON CONFLICT DO UPDATE, which locks the conflicting row whatever its status, this never locks a
+# RUNNING holder, so it never waits for a worker's batched complete while holding rows that worker
+# needs (a deadlock); a worker never waits for it, as its claim skips locked rows.
+ENQUEUE_MANY_REPLACE = f"""
+WITH {_FREED_MANY}, holders AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE dedupe_key = ANY(%(keys)s::text[]) AND NOT key_released AND status = {PENDING}
+    ORDER BY dedupe_key
+    FOR UPDATE
+), replaced AS (
+    UPDATE jobq_job AS h
+    SET payload = u.payload::jsonb, priority = u.priority, run_at = COALESCE(u.run_at, {NOW})
+    FROM {_BATCH}
+    WHERE h.id = ANY(ARRAY(SELECT id FROM holders)) AND h.dedupe_key = u.dedupe_key
+      AND h.status = {PENDING} AND h.task = u.task
+    RETURNING h.id, h.queue
+), inserted AS (
+    INSERT INTO jobq_job ({_COLUMNS}) {_MANY}, (SELECT count(*) FROM freed) AS f,
+        (SELECT count(*) FROM replaced) AS r
+    ORDER BY u.dedupe_key
+    ON CONFLICT (dedupe_key) WHERE {HELD} DO NOTHING
+    RETURNING id, queue
+), job AS (
+    SELECT id, queue FROM replaced UNION ALL SELECT id, queue FROM inserted
+), {_WOKEN}
+"""

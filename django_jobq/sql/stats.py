@@ -98,10 +98,18 @@ LIMIT %(limit)s
 # delete_inactive: the admin's delete. Deletes the named jobs whose status is one of %(statuses)s and
 # never a RUNNING one, whatever the parameter says: a job a worker owns finishes or fails through its
 # owner. In one statement, so a job claimed between the admin's page and this delete is re-checked on
-# its new row version and kept. Returns what it deleted, for the admin log.
+# its new row version and kept. Rows are locked in id order and a row another statement holds is
+# skipped (reported as not deleted), so the admin's delete never waits and never joins a deadlock
+# with a worker's batched complete or a bulk requeue. Returns what it deleted, for the admin log.
 DELETE_INACTIVE = f"""
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = ANY(%(statuses)s::smallint[]) AND status <> {RUNNING}
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+)
 DELETE FROM jobq_job
-WHERE id = ANY(%(ids)s::bigint[]) AND status = ANY(%(statuses)s::smallint[]) AND status <> {RUNNING}
+WHERE id = ANY(ARRAY(SELECT id FROM doomed)) AND status <> {RUNNING}
 RETURNING id, task, status
 """
 

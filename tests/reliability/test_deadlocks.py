@@ -42,11 +42,6 @@ ENV = {
     "JOBQ_DEAD_RETENTION_SECONDS": "5",
 }
 CHANGELIST = "/admin/django_jobq/job/"
-# Known: keyed enqueue_many (its key-release UPDATE and its INSERT's unique checks), the admin's bulk
-# requeue and delete, and a worker's batched complete lock several jobq_job rows each, in no common order, and
-# deadlock now and then under this load (a few times in two minutes). While this is True such a run is
-# reported as an expected failure with its counts; every other assertion holds either way.
-KNOWN_DEADLOCKS = True
 
 
 class Load:
@@ -198,11 +193,5 @@ def test_everything_at_once_meets_no_deadlock_and_leaves_nothing_stuck(processes
         load.counts[name] > 0 for name in ("bulk_enqueue0", "debounce", "admin_requeue", "admin_delete")
     )
     assert len(load.errors) == len(in_callers), [e for e in load.errors if e not in in_callers][:3]
-    if KNOWN_DEADLOCKS and (in_logs or in_callers):
-        pytest.xfail(
-            f"{deadlocks} deadlock(s) between multi-row statements that lock jobq_job rows in no common"
-            f" order (keyed enqueue_many, the admin's bulk requeue and delete, batched completes): {len(in_callers)}"
-            f" reached a caller, {len(in_logs)} a worker log (retried there)"
-        )
     assert in_logs == [], in_logs[:5]
     assert in_callers == [], in_callers[:3]
