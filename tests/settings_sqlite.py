@@ -11,7 +11,8 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("JOBQ_SQLITE_PATH", os.path.join(tempfile.gettempdir(), "jobq-tests.sqlite3")),
         "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
-        "TEST": {"NAME": os.environ.get("JOBQ_SQLITE_TEST_PATH") or None},
+        # A file, never Django's shared-cache in-memory default: threads race on it as processes would.
+        "TEST": {"NAME": os.path.join(tempfile.gettempdir(), f"test-jobq-{os.getpid()}.sqlite3")},
     }
 }
 # The test app registers capped and rate-limited tasks for the PostgreSQL tests; on SQLite enqueueing

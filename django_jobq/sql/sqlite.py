@@ -68,11 +68,12 @@ CLAIM_QUEUES = _claim(f" AND queue IN {each('queues')}")
 CLAIM_REST = _claim(_REST_WHERE)
 
 _OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
-# (id, fence[, result]) triples from parallel list parameters.
-_HELD = """(SELECT i.value AS id, f.value AS fence FROM json_each(%(ids)s) AS i
-    JOIN json_each(%(fences)s) AS f ON f.key = i.key)"""
-_DONE_ROWS = """(SELECT i.value AS id, f.value AS fence, r.value AS result FROM json_each(%(ids)s) AS i
-    JOIN json_each(%(fences)s) AS f ON f.key = i.key JOIN json_each(%(results)s) AS r ON r.key = i.key)"""
+# (id, fence[, result]) from parallel list parameters: each id's fence and result are read at its
+# position (json_each's key) with json_extract. These lists are a worker's slots, so they stay small.
+_HELD = """(SELECT i.value AS id, json_extract(%(fences)s, '$[' || i.key || ']') AS fence
+    FROM json_each(%(ids)s) AS i)"""
+_DONE_ROWS = """(SELECT i.value AS id, json_extract(%(fences)s, '$[' || i.key || ']') AS fence,
+    json_extract(%(results)s, '$[' || i.key || ']') AS result FROM json_each(%(ids)s) AS i)"""
 
 # complete: RUNNING -> DONE, only by the owner of this very run (a NULL fence: any run of this owner).
 # The second column stands for PostgreSQL's completion NOTIFY (wait_for), which SQLite has not.

@@ -13,7 +13,7 @@ from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
 from tests.conftest import run_module
 
-pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.contract, pytest.mark.p0, pytest.mark.django_db(transaction=True)]
 
 
 def _race(n: int, target) -> list:
@@ -36,6 +36,7 @@ def _race(n: int, target) -> list:
     return results
 
 
+@pytest.mark.postgresql  # SQLite: one file, threads race below (busy-waiting processes starve each other)
 def test_processes_drain_every_job_exactly_once():
     total, batch = 600, 7
     ids = Job.objects.enqueue_many(NewJob("test.noop", {"i": i}) for i in range(total))
