@@ -12,7 +12,7 @@ SECRET_KEY = env("SECRET_KEY", default="example-only-not-secret")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
 # SQLite by default (a file next to this module, no server needed); DATABASE_URL switches to PostgreSQL,
 # e.g. DATABASE_URL=postgres://postgres@127.0.0.1:5432/jobq_demo.
-DEMO_SQLITE = BASE_DIR / "example_project" / "demo.sqlite3"
+DEMO_SQLITE = env.path("DEMO_SQLITE_PATH", default=BASE_DIR / "example_project" / "demo.sqlite3")
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DEMO_SQLITE}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE: a transaction takes SQLite's write lock when it begins (README, Engines).

@@ -32,6 +32,8 @@ from . import (
     sqlite,
     sqlite_enqueue,
     sqlite_state,
+    sqlite_stats,
+    stats,
 )
 from .capabilities import POSTGRESQL, SQLITE, Capabilities
 from .engines import Engine, Result, Script, SqliteEngine, Unsupported
@@ -66,9 +68,15 @@ SQLITE_STATEMENTS = _statements(sqlite, sqlite_enqueue, sqlite_state)
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):
     raise ImportError(f"statements missing from one engine: {sorted(_odd)}")
 
+# The dashboard's statements (read by the admin and jobq_stats), the same names in each engine.
+POSTGRES_STATS = _statements(stats)
+SQLITE_STATS = _statements(sqlite_stats)
+if _odd := set(vars(POSTGRES_STATS)) ^ set(vars(SQLITE_STATS)):
+    raise ImportError(f"dashboard statements missing from one engine: {sorted(_odd)}")
+
 ENGINES: dict[str, Engine] = {
-    "postgresql": PostgresEngine("postgresql", POSTGRES, POSTGRESQL),
-    "sqlite": SqliteEngine("sqlite", SQLITE_STATEMENTS, SQLITE),
+    "postgresql": PostgresEngine("postgresql", POSTGRES, POSTGRESQL, POSTGRES_STATS),
+    "sqlite": SqliteEngine("sqlite", SQLITE_STATEMENTS, SQLITE, SQLITE_STATS),
 }
 
 

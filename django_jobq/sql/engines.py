@@ -49,10 +49,11 @@ Statement = str | Script | Unsupported
 class Engine:
     """Runs the statements of one database vendor."""
 
-    def __init__(self, vendor: str, statements: Any, capabilities: Capabilities) -> None:
+    def __init__(self, vendor: str, statements: Any, capabilities: Capabilities, stats: Any) -> None:
         self.vendor = vendor
         self.statements = statements
         self.capabilities = capabilities
+        self.stats = stats  # the dashboard's statements
 
     def run(self, wrapper: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]) -> Result:
         raise NotImplementedError

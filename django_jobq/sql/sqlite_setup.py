@@ -39,7 +39,14 @@ def configure(wrapper: BaseDatabaseWrapper, lock_seconds: float = MIN_BUSY_SECON
                 cursor.execute(f"PRAGMA busy_timeout = {busy:d}")
         finally:
             cursor.close()
+    raw.create_function("jobq_exception_class", 1, exception_class, deterministic=True)
     wrapper._jobq_configured = raw  # type: ignore[attr-defined]
+
+
+def exception_class(text: str | None) -> str:
+    """The exception class named by the last line of an error text, as PostgreSQL's EXCEPTION_CLASS."""
+    last = (text or "").rstrip(" \t\r\n").split("\n")[-1]
+    return last.split(":", 1)[0].strip()[:200]
 
 
 def on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
