@@ -152,9 +152,11 @@ class SqliteEngine(Engine):
         transaction.on_commit(lambda: wakeup.notify(names), using=alias)
 
     def text_time(self, value: Any) -> dt.datetime | None:
-        if value is None or isinstance(value, dt.datetime):
-            return value
-        parsed = dt.datetime.fromisoformat(str(value))
+        if value is None:
+            return None
+        # A datetime column read directly comes parsed (naive, UTC) by Django's converters; an
+        # expression's value comes as text.
+        parsed = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
