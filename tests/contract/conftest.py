@@ -1,6 +1,7 @@
 """The engine-contract suite: every test here runs on PostgreSQL (tests.settings) and on SQLite
 (``pytest --ds tests.settings_sqlite tests/contract``). Tests marked ``postgresql`` check what only
-PostgreSQL has (query plans) and are skipped on SQLite."""
+PostgreSQL has (query plans, processes racing on one server) and are skipped on SQLite, with the
+marker's reason."""
 
 import pytest
 from django.db import connection
@@ -8,5 +9,7 @@ from django.db import connection
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.get_closest_marker("postgresql") and connection.vendor != "postgresql":
-            item.add_marker(pytest.mark.skip(reason="PostgreSQL only: plans and catalogue"))
+        marker = item.get_closest_marker("postgresql")
+        if marker and connection.vendor != "postgresql":
+            reason = marker.args[0] if marker.args else "PostgreSQL only"
+            item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))

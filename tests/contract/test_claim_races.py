@@ -36,7 +36,7 @@ def _race(n: int, target) -> list:
     return results
 
 
-@pytest.mark.postgresql  # SQLite: one file, threads race below (busy-waiting processes starve each other)
+@pytest.mark.postgresql("processes on one SQLite file take turns at its one write lock; threads race below")
 def test_processes_drain_every_job_exactly_once():
     total, batch = 600, 7
     ids = Job.objects.enqueue_many(NewJob("test.noop", {"i": i}) for i in range(total))

@@ -367,7 +367,7 @@ def test_bad_enqueue_many_modes_are_refused():
 
 # -- plans ------------------------------------------------------------------------------------------------
 @pytest.mark.p1
-@pytest.mark.postgresql
+@pytest.mark.postgresql("query plans")
 def test_keyed_enqueue_and_the_window_check_stay_on_indexes_with_a_million_finished_rows():
     with connection.cursor() as cursor:
         cursor.execute(
