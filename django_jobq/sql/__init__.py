@@ -10,7 +10,7 @@ postgres_depth (MAX_DEPTH), postgres_pick (the claim's selection), postgres_inbo
 postgres_queues (pause), postgres_workers (worker records, maintenance leases, timeouts),
 postgres_schedules (the scheduler's passes and the settings sync). The SQLite ones: sqlite
 (transitions and maintenance), sqlite_enqueue, sqlite_state (workers, leases, queues, inbound
-marks). A name defined twice in one engine is an error at import; a name one engine has and the other
+marks), sqlite_schedules. A name defined twice in one engine is an error at import; a name one engine has and the other
 lacks is an error too.
 """
 
@@ -31,6 +31,7 @@ from . import (
     postgres_workers,
     sqlite,
     sqlite_enqueue,
+    sqlite_schedules,
     sqlite_state,
     sqlite_stats,
     stats,
@@ -63,7 +64,7 @@ POSTGRES = _statements(
     postgres_schedules,
     postgres_workers,
 )
-SQLITE_STATEMENTS = _statements(sqlite, sqlite_enqueue, sqlite_state)
+SQLITE_STATEMENTS = _statements(sqlite, sqlite_enqueue, sqlite_state, sqlite_schedules)
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):
     raise ImportError(f"statements missing from one engine: {sorted(_odd)}")

@@ -42,5 +42,5 @@ POSTGRESQL = Capabilities(
 
 SQLITE = Capabilities(
     engine="sqlite", listen_notify=False, many_hosts=False, queue_caps=False, max_depth=False,
-    task_caps=False, rate_limits=False, wait_for=False, scheduler=False,
+    task_caps=False, rate_limits=False, wait_for=False, scheduler=True,
 )  # fmt: skip

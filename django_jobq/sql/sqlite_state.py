@@ -2,7 +2,6 @@
 postgres_queues.py, postgres_inbound.py). Each is one statement: the single writer makes the upserts'
 "exactly one caller wins" hold without more."""
 
-from .engines import Unsupported
 from .sqlite_terms import NOW, plus
 
 WORKER_BEAT = f"""
@@ -74,13 +73,3 @@ PRUNE_MARKS = f"""
 DELETE FROM jobq_inbound
 WHERE rowid IN (SELECT rowid FROM jobq_inbound WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT %(batch)s)
 """
-
-# Not on SQLite (Capabilities): the scheduler.
-_SCHEDULER = ("scheduler", 'JOBQ["SCHEDULES"] and jobq_scheduler')
-DUE_SCHEDULES = Unsupported(*_SCHEDULER)
-RECORD_TICKS = Unsupported(*_SCHEDULER)
-SET_TICK_JOBS = Unsupported(*_SCHEDULER)
-ADVANCE_SCHEDULES = Unsupported(*_SCHEDULER)
-PRUNE_TICKS = Unsupported(*_SCHEDULER)
-SYNC_SCHEDULES = Unsupported(*_SCHEDULER)
-DISABLE_REMOVED_SCHEDULES = Unsupported(*_SCHEDULER)
