@@ -53,5 +53,11 @@ def on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs
     """connection_created receiver: configure every new connection of the queue's SQLite alias."""
     from ..conf import jobq_settings
 
-    if connection.vendor == "sqlite" and connection.alias == jobq_settings().database:
-        configure(connection, jobq_settings().lock_timeout)
+    if connection.vendor != "sqlite":
+        return
+    try:
+        conf = jobq_settings()
+    except ConfigurationError:  # reported by system check jobq.E001; the connection stays usable
+        return
+    if connection.alias == conf.database:
+        configure(connection, conf.lock_timeout)
