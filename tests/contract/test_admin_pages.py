@@ -23,7 +23,7 @@ def _jobs() -> tuple[int, int, int]:
 
 
 def test_every_page_renders(admin_client):
-    done, dead, running = _jobs()
+    done, _dead, running = _jobs()
     Job.objects.worker_beat("w1", hostname="h", pid=1, lanes={"default": 1}, running=1, stopped=False)
     Job.objects.pause_queue("default")
     for url in (
@@ -48,7 +48,7 @@ def test_dead_letters_are_grouped_by_the_exception_class():
 
 
 def test_the_admin_delete_keeps_a_running_job(admin_client):
-    done, dead, running = _jobs()
+    done, _dead, running = _jobs()
     response = admin_client.post(
         "/admin/django_jobq/job/",
         {"action": "delete_selected", "_selected_action": [done, running], "post": "yes"},
