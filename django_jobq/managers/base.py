@@ -1,4 +1,4 @@
-"""Plumbing shared by the manager's operations: the queue's cursor, parameters, building jobs."""
+"""Plumbing shared by the manager's operations: the engine that runs each statement, parameters, building jobs."""
 
 from __future__ import annotations
 
