@@ -8,7 +8,13 @@ class JobqConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
         from . import checks  # noqa: F401  (registers the system checks)
+        from .sql.sqlite_setup import on_connection_created
+
+        # WAL and a busy timeout on every new connection of a SQLite queue database.
+        connection_created.connect(on_connection_created, dispatch_uid="django_jobq.sqlite")
 
         # Import every installed app's tasks.py so producers know all task names.
         autodiscover_modules("tasks")

@@ -19,11 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-from django.db import connections
 
 from .conf import jobq_settings
-from .exceptions import ConfigurationError
 from .listener import connection_params
+from .sql import engine_for
 from .sql.postgres_workers import SET_TIMEOUTS
 
 POOL_SIZE = 8  # connections per process and alias, at most; more callers wait for a free one
@@ -82,10 +81,7 @@ class Pool:
             self.ready.notify()
 
     def _connect(self) -> Connection:
-        if connections[self.alias].vendor != "postgresql":
-            raise ConfigurationError(
-                f"database {self.alias!r} is {connections[self.alias].vendor}, not PostgreSQL"
-            )
+        engine_for(self.alias).capabilities.require("rate_limits", "django-jobq's autocommit connections")
         conf = jobq_settings()
         params = {"application_name": "jobq-autocommit", **connection_params(self.alias)}
         params.setdefault("connect_timeout", CONNECT_TIMEOUT)

@@ -4,7 +4,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.apps import AppConfig
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections, router
 
 from . import ticks
@@ -31,15 +31,8 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         errors.append(
             Error(f'JOBQ["DATABASE"] names an unknown database alias {conf.database!r}', id="jobq.E002")
         )
-    elif connections[conf.database].vendor != "postgresql":
-        errors.append(
-            Error(
-                f"django-jobq needs PostgreSQL; database {conf.database!r} uses "
-                f"{connections[conf.database].vendor}.",
-                hint="Point JOBQ['DATABASE'] at a django.db.backends.postgresql database.",
-                id="jobq.E003",
-            )
-        )
+    else:
+        errors += _engine(conf.database)
     if problem := conf.lease_problem():
         errors.append(
             Error(problem, hint="Use a lease of at least three heartbeat intervals.", id="jobq.E004")
@@ -88,6 +81,24 @@ def _routing(conf: JobqSettings) -> list[CheckMessage]:
             id="jobq.E008",
         )
     ]
+
+
+def _engine(alias: str) -> list[CheckMessage]:
+    """jobq.E003: no engine for the database; jobq.E009: a feature the engine lacks is configured;
+    jobq.E010: the engine's own requirement is not met; jobq.W001: SQLite's atomic blocks are DEFERRED."""
+    from .engine_checks import engine_problems, engine_setup_problems
+
+    try:
+        problems = engine_problems()
+    except ConfigurationError as exc:
+        hint = "Point JOBQ['DATABASE'] at a PostgreSQL or SQLite database."
+        return [Error(str(exc), hint=hint, id="jobq.E003")]
+    hint = "See README.md, Engines."
+    found: list[CheckMessage] = [Error(p, hint=hint, id="jobq.E009") for p in problems]
+    errors, warnings = engine_setup_problems(alias)
+    found += [Error(p, hint=hint, id="jobq.E010") for p in errors]
+    found += [Warning(p, hint=hint, id="jobq.W001") for p in warnings]
+    return found
 
 
 def _schedule_tasks(schedules: Iterable[ScheduleOptions]) -> list[CheckMessage]:

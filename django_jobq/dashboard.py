@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
 from .conf import jobq_settings
@@ -23,8 +24,7 @@ from .dashboard_text import format_seconds as format_seconds  # re-exported: das
 from .dashboard_text import format_table as format_table  # re-exported: dashboard.format_table
 from .models import Job, JobStatus
 from .registry import registered_tasks
-from .sql import statements_for
-from .sql import stats as sql
+from .sql import engine_of
 
 # DONE jobs are counted while there are at most this many (a pass over at most that many rows); above
 # it their number comes from the planner's statistics.
@@ -127,23 +127,34 @@ class ExceptionClass(models.Func):
     """The exception class named by the last line of an error text: "ValueError: boom" -> "ValueError".
 
     A traceback's last line is "<class>: <message>"; the reaper's "lease expired: ..." gives
-    "lease expired". Computed by the database so that the dead letters can be grouped and filtered by it.
+    "lease expired". Computed by the database (its engine's EXCEPTION_CLASS) so that the dead letters
+    can be grouped and filtered by it.
     """
 
-    # The last line (split_part with a negative index, PostgreSQL 14+), then what precedes its first colon.
-    template = (
-        r"left(btrim(split_part(split_part(rtrim(coalesce(%(expressions)s, ''), E' \t\r\n'), E'\n', -1),"
-        r" ':', 1)), 200)"
-    )
     output_field = models.TextField()
+
+    def as_sql(
+        self,
+        compiler: SQLCompiler,
+        connection: BaseDatabaseWrapper,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, tuple[str | int, ...]]:
+        template = template or engine_of(connection).stats.EXCEPTION_CLASS
+        return super().as_sql(compiler, connection, function, template, arg_joiner, **extra_context)
 
 
 def snapshot(*, exact: bool = False) -> Snapshot:
     """Read every figure. ``exact=True`` counts DONE jobs even in a large table (a full pass)."""
     connection = connections[jobq_settings().database]
-    statements_for(connection)  # refuses an engine it has no statements for
+    engine = engine_of(connection)  # refuses a database without an engine
+    sql = engine.stats
+    time = engine.text_time  # a time column as an aware datetime (SQLite returns text)
     estimate = _run(connection, sql.DONE_ESTIMATE)
-    now: dt.datetime = estimate[0][0]
+    now = time(estimate[0][0])
+    assert now is not None
     rows: float | None = estimate[0][1]
     shares = {queue: share for _, _, queue, share in estimate if queue is not None}
 
@@ -151,6 +162,7 @@ def snapshot(*, exact: bool = False) -> Snapshot:
     for status, queue, jobs, flagged, oldest in _run(connection, sql.ACTIVE):
         f = figures[queue]
         if status == JobStatus.PENDING:
+            oldest = time(oldest)
             f.update(pending=jobs, due=flagged, lag=None if oldest is None else _seconds(now - oldest))
         elif status == JobStatus.RUNNING:
             f.update(running=jobs, expired=flagged)
@@ -180,7 +192,10 @@ def snapshot(*, exact: bool = False) -> Snapshot:
         if ago < 5:
             f[f"{name}_5m"] = f.get(f"{name}_5m", 0) + jobs
 
-    paused = tuple(PausedQueue(queue=q, since=at, by=by) for q, at, by in _run(connection, sql.PAUSED))
+    paused = tuple(
+        PausedQueue(queue=q, since=time(at), by=by)  # type: ignore[arg-type]
+        for q, at, by in _run(connection, sql.PAUSED)
+    )
     for p in paused:  # a paused queue is listed even without jobs, so that it can be resumed
         figures[p.queue]["paused"] = True
     for name, options in jobq_settings().queues.items():  # a configured queue, with its limits
@@ -268,17 +283,14 @@ def filter_names(limit: int = 500) -> tuple[list[str], list[str]]:
     for task in registered_tasks().values():
         queues.add(task.queue)
         tasks.add(task.name)
-    for kind, name in _run(connection, sql.FILTER_NAMES, limit=limit):
+    for kind, name in _run(connection, engine_of(connection).stats.FILTER_NAMES, limit=limit):
         (queues if kind == "queue" else tasks).add(name)
     return sorted(queues), sorted(tasks)
 
 
 def _run(connection: BaseDatabaseWrapper, statement: str, **params: Any) -> list[tuple[Any, ...]]:
     params["now"] = timezone.now() if jobq_settings().clock == "python" else None
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        rows: list[tuple[Any, ...]] = cursor.fetchall()
-    return rows
+    return engine_of(connection).run(connection, statement, params).rows
 
 
 def _seconds(delta: dt.timedelta) -> float:
@@ -309,7 +321,9 @@ def _total(queues: Sequence[QueueFigures]) -> QueueFigures:
 def _workers(connection: BaseDatabaseWrapper) -> tuple[WorkerFigures, ...]:
     alive_for = ALIVE_HEARTBEATS * jobq_settings().heartbeat_seconds
     workers = []
-    rows = _run(connection, sql.WORKERS, recent=WORKERS_RECENT_SECONDS, limit=WORKERS_LIMIT)
+    engine = engine_of(connection)
+    time = engine.text_time
+    rows = _run(connection, engine.stats.WORKERS, recent=WORKERS_RECENT_SECONDS, limit=WORKERS_LIMIT)
     for worker_id, host, pid, lanes, running, stuck, started, seen, stopped, silent_for in rows:
         lanes = json.loads(lanes) if isinstance(lanes, str) else lanes
         stuck = json.loads(stuck) if isinstance(stuck, str) else stuck or {}
@@ -324,9 +338,9 @@ def _workers(connection: BaseDatabaseWrapper) -> tuple[WorkerFigures, ...]:
                 lanes=lanes,
                 stuck=stuck,
                 running=running,
-                started_at=started,
-                last_seen_at=seen,
-                stopped_at=stopped,
+                started_at=time(started),  # type: ignore[arg-type]
+                last_seen_at=time(seen),  # type: ignore[arg-type]
+                stopped_at=time(stopped),
                 silent_for=silent_for,
                 state=state,
             )

@@ -22,6 +22,7 @@ from django.utils import timezone
 from . import autocommit, validation
 from .conf import jobq_settings
 from .exceptions import ConfigurationError, InvalidJob, RateLimitUnavailable
+from .sql import engine_for
 from .sql import postgres_ratelimit as sql
 
 __all__ = ["SlidingWindow", "TokenBucket", "parse_rate", "prune"]
@@ -185,6 +186,8 @@ def prune(*, using: str | None = None, batch: int = 5000) -> int:
     Safe at any time: a pruned key behaves as it would have with its row."""
     batch = validation.integer(batch, "batch", 1, 1_000_000)
     alias = _alias(using) or jobq_settings().database
+    if not engine_for(alias).capabilities.rate_limits:
+        return 0  # no rate-limit row is ever written on such an engine (acquire refuses)
     now = timezone.now() if jobq_settings().clock == "python" else None
     deleted = 0
     with autocommit.pool(alias).connection() as conn:

@@ -25,6 +25,7 @@ from .conf import jobq_settings
 from .exceptions import ConfigurationError, JobqError
 from .managers.schedules import DueSchedule
 from .models import Job, Schedule
+from .sql import engine_for
 
 logger = logging.getLogger("django_jobq")
 
@@ -54,6 +55,7 @@ class Scheduler:
         self.interval = DEFAULT_INTERVAL if interval is None else interval
         if not self.interval > 0 or not 1 <= batch <= 10_000:
             raise ConfigurationError("the scheduler's interval must be positive and its batch 1..10000")
+        engine_for(jobq_settings().database).capabilities.require("scheduler", "the scheduler")
         self.batch = batch
 
     @property

@@ -11,7 +11,14 @@ env = environ.Env(DEBUG=(bool, True))
 DEBUG = env("DEBUG")
 SECRET_KEY = env("SECRET_KEY", default="example-only-not-secret")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
-DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/jobq_demo")}
+# SQLite by default (a file next to this module, no server needed); DATABASE_URL switches to PostgreSQL,
+# e.g. DATABASE_URL=postgres://postgres@127.0.0.1:5432/jobq_demo.
+DEMO_SQLITE = env.path("DEMO_SQLITE_PATH", default=BASE_DIR / "example_project" / "demo.sqlite3")
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DEMO_SQLITE}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE: a transaction takes SQLite's write lock when it begins (README, Engines).
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+    SILENCED_SYSTEM_CHECKS = ["models.W040"]  # SQLite ignores one index's included column
 USE_TZ = True
 TIME_ZONE = "UTC"
 

@@ -29,6 +29,15 @@ def python_clock(settings):
 def child_env(**extra: str) -> dict[str, str]:
     """Environment for a subprocess that must use the test database this test runs against."""
     db = connection.settings_dict
+    if connection.vendor == "sqlite":  # the SQLite settings, on this test database's file
+        env = {
+            **os.environ,
+            "JOBQ_SQLITE_PATH": str(db["NAME"]),
+            "DJANGO_SETTINGS_MODULE": "tests.settings_sqlite",
+            "PYTHONPATH": str(ROOT),
+        }
+        env.update(extra)
+        return env
     url = (
         f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     )

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from .. import dashboard
 from ..conf import jobq_settings
 from ..models import Job, JobStatus
-from ..sql import stats
+from ..sql import engine_of
 from .common import (
     EstimatedCountPaginator,
     QueueFilter,
@@ -282,9 +282,9 @@ class JobAdmin(RequeueActions):
 
     def _delete(self, request: HttpRequest, ids: list[int]) -> None:
         connection = connections[jobq_settings().database]
-        with connection.cursor() as cursor:
-            cursor.execute(stats.DELETE_INACTIVE, {"ids": ids, "statuses": list(self.deletable_statuses)})
-            rows = cursor.fetchall()
+        engine = engine_of(connection)
+        params = {"ids": ids, "statuses": list(self.deletable_statuses)}
+        rows = engine.run(connection, engine.stats.DELETE_INACTIVE, params).rows
         deleted = [Job(id=pk, task=task, status=status) for pk, task, status in rows]
         if deleted:
             log(request, deleted, DELETION)

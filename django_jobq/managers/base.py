@@ -1,4 +1,4 @@
-"""Plumbing shared by the manager's operations: the queue's cursor, parameters, building jobs."""
+"""Plumbing shared by the manager's operations: the engine that runs each statement, parameters, building jobs."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 from django.db import OperationalError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorWrapper
 from django.db.models import DEFERRED
+from django.db.models.expressions import Col
 from django.utils import timezone
 
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
-from ..sql import statements_for
+from ..sql import Engine, Result, engine_of
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -45,48 +45,16 @@ def retrying_conflicts(alias: str, run: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-class QueueCursor(psycopg.Cursor[Any]):
-    """Server-side binding (so large arrays can travel in binary, %(name)b), every statement prepared
-    unless JOBQ["PREPARED_STATEMENTS"] is off: the queue's few statements run thousands of times per
-    connection, so planning them once matters on the claim path. Django leaves the connection's
-    prepare_threshold at None (never prepare); it is lifted for this cursor's statements only, so the
-    application's own queries keep Django's behaviour."""
-
-    def __init__(self, connection: psycopg.Connection[Any], *, prepare: bool) -> None:
-        super().__init__(connection)
-        self._prepare = prepare
-
-    def execute(
-        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
-    ) -> Any:
-        conn = self.connection
-        saved = conn.prepare_threshold
-        if self._prepare and saved is None:
-            conn.prepare_threshold = 0
-        try:
-            return super().execute(query, params, prepare=self._prepare, binary=binary)
-        finally:
-            conn.prepare_threshold = saved
-
-
 class BaseJobManager(models.Manager["Job"]):
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[jobq_settings().database]
 
-    def _sql(self) -> Any:
-        return statements_for(self.connection)
+    def _engine(self) -> Engine:
+        return engine_of(self.connection)
 
-    def _cursor(self) -> CursorWrapper:
-        """A QueueCursor wrapped like Django's own: errors become django.db errors, queries are logged
-        in DEBUG, execute wrappers apply."""
-        connection = self.connection
-        connection.ensure_connection()
-        with connection.wrap_database_errors:
-            raw = QueueCursor(connection.connection, prepare=bool(jobq_settings().prepared_statements))
-        if connection.queries_logged:
-            return connection.make_debug_cursor(raw)  # type: ignore[arg-type]
-        return connection.make_cursor(raw)  # type: ignore[arg-type]
+    def _sql(self) -> Any:
+        return self._engine().statements
 
     @staticmethod
     def _common(params: dict[str, Any]) -> dict[str, Any]:
@@ -98,37 +66,44 @@ class BaseJobManager(models.Manager["Job"]):
         params["done_channel"] = conf.done_channel
         return params
 
-    def _execute(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with self._cursor() as cursor:
-            cursor.execute(sql, self._common(params))
-            return cursor.fetchall() if cursor.description else []
+    def _run(self, sql: Any, params: dict[str, Any]) -> Result:
+        """Run one named statement of this connection's engine."""
+        return self._engine().run(self.connection, sql, self._common(params))
 
-    def _rowcount(self, sql: str, params: dict[str, Any]) -> int:
-        with self._cursor() as cursor:
-            cursor.execute(sql, self._common(params))
-            return int(cursor.rowcount)
+    def _execute(self, sql: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return self._run(sql, params).rows
 
-    def _jobs(self, sql: str, params: dict[str, Any]) -> list[Job]:
+    def _rowcount(self, sql: Any, params: dict[str, Any]) -> int:
+        return self._run(sql, params).rowcount
+
+    def _jobs(self, sql: Any, params: dict[str, Any]) -> list[Job]:
         """Run a statement that RETURNs job columns and build model instances from them."""
-        with self._cursor() as cursor:
-            cursor.execute(sql, self._common(params))
-            names = [column.name for column in cursor.description]
-            return self._build(names, cursor.fetchall())
+        result = self._run(sql, params)
+        return self._build(result.names, result.rows)
+
+    def _wake(self, payloads: Sequence[str]) -> None:
+        """Wake this process's workers on commit where the engine has no NOTIFY (JOBQ["NOTIFY"])."""
+        if jobq_settings().notify:
+            self._engine().wake_local(self.connection.alias, payloads)
 
     def _build(self, names: list[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
         """Model instances from rows whose columns are ``names`` (any order, any subset; the others
         are deferred)."""
         connection = self.connection
         fields = [self.model._meta.get_field(name) for name in names]
-        converters = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+        converters = []  # the backend's (text times on SQLite) and the field's (JSON), as the ORM's
+        for i, f in enumerate(fields):
+            column = Col(self.model._meta.db_table, f)  # type: ignore[arg-type]
+            for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
+                converters.append((i, convert, column))
         position = {f.attname: i for i, f in enumerate(fields)}  # type: ignore[union-attr]
         order = [position.get(f.attname) for f in self.model._meta.concrete_fields]
         attnames = [f.attname for f in self.model._meta.concrete_fields]
         jobs = []
         for row in rows:
             values = list(row)
-            for i, convert in converters:
-                values[i] = convert(values[i], None, connection)
+            for i, convert, column in converters:
+                values[i] = convert(values[i], column, connection)
             ordered = [DEFERRED if i is None else values[i] for i in order]
             jobs.append(self.model.from_db(connection.alias, attnames, ordered))
         return jobs
@@ -155,12 +130,7 @@ class BaseJobManager(models.Manager["Job"]):
         if getattr(wrapper, "_jobq_bounded", None) is raw:
             return
         conf = jobq_settings()
-        params = {
-            "statement_ms": f"{int(conf.statement_timeout * 1000)}ms",
-            "lock_ms": f"{int(conf.lock_timeout * 1000)}ms",
-        }
-        with wrapper.wrap_database_errors, raw.cursor() as cursor:
-            cursor.execute(self._sql().SET_TIMEOUTS, params)
+        self._engine().set_timeouts(wrapper, conf.statement_timeout, conf.lock_timeout)
         wrapper._jobq_bounded = raw  # type: ignore[attr-defined]
 
     def worker_is_live(self, worker_id: str, within: float) -> bool:

@@ -136,12 +136,11 @@ class ConsumerManager(CapManager):
             return completed, jobs
 
     def _run_complete_and_claim(self, statement: str, params: dict[str, Any]) -> tuple[set[int], list[Job]]:
-        with self._cursor() as cursor:
-            cursor.execute(statement, self._common(params))
-            names = [column.name for column in cursor.description][1:]
-            rows = cursor.fetchall()
-        completed = set(rows[0][0])
-        return completed, self._build(names, (row[1:] for row in rows if row[1] is not None))
+        result = self._run(statement, params)
+        completed = set(result.rows[0][0])
+        return completed, self._build(
+            result.names[1:], (row[1:] for row in result.rows if row[1] is not None)
+        )
 
     def fail(
         self,

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from .. import validation
 from ..conf import jobq_settings
+from ..engine_checks import task_features
 from ..exceptions import InvalidJob, QueueFull
 from ..registry import find_task, get_task
 from .base import BaseJobManager, retrying_conflicts
@@ -51,6 +52,10 @@ class ProducerManager(BaseJobManager):
         registered = find_task(task)
         if registered is None and jobq_settings().strict_tasks:
             get_task(task)  # raises UnknownTask with the name in the message
+        if registered is not None:
+            capabilities = self._engine().capabilities
+            for feature, what in task_features(registered):
+                capabilities.require(feature, f"task {task!r} ({what})")
         if queue is None:
             queue = registered.queue if registered else "default"
         if priority is None:
@@ -159,6 +164,8 @@ class ProducerManager(BaseJobManager):
                 sql.ENQUEUE if not keyed else sql.ENQUEUE_KEYED if mode == "skip" else sql.ENQUEUE_REPLACE
             )
             rows = self._execute(statement, params)
+            if rows:
+                self._wake([params["queue"]])
             return rows[0][0] if rows else None
         if not keyed:
             statement = sql.ENQUEUE_GATED
@@ -167,6 +174,8 @@ class ProducerManager(BaseJobManager):
         room, job_id, _ = self._execute(statement, params)[0]
         if not room:
             raise self._full(params["queue"], limit)
+        if job_id is not None:
+            self._wake([params["queue"]])
         return job_id  # type: ignore[no-any-return]
 
     @staticmethod
@@ -223,6 +232,8 @@ class ProducerManager(BaseJobManager):
         for _ in range(ENQUEUE_OR_GET_TRIES):
             rows = self._execute(statement, params)
             if rows:
+                if rows[0][1]:
+                    self._wake([params["queue"]])
                 return int(rows[0][0]), bool(rows[0][1])
             self._check_room({params["queue"]: 1})  # no holder and no room: QueueFull
         raise InvalidJob(
@@ -280,8 +291,12 @@ class ProducerManager(BaseJobManager):
             statement = sql.ENQUEUE_MANY
         else:
             statement = sql.ENQUEUE_MANY_KEYED if on_duplicate == "skip" else sql.ENQUEUE_MANY_REPLACE
-        if not keys:  # plain inserts take no row lock: nothing to deadlock with
+
+        def run() -> list[int]:
             return [row[0] for row in self._execute(statement, params)]
-        return retrying_conflicts(
-            self.connection.alias, lambda: [row[0] for row in self._execute(statement, params)]
-        )
+
+        # plain inserts take no row lock, nothing to deadlock with; keyed ones are retried
+        ids = run() if not keys else retrying_conflicts(self.connection.alias, run)
+        if ids:
+            self._wake(sorted(set(params["queues"])))
+        return ids

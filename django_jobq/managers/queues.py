@@ -15,11 +15,17 @@ class QueueStateManager(BaseJobManager):
         """Stop workers claiming from queue ``name`` (within one poll interval; at once where they
         LISTEN). Jobs running go on and finish; enqueue still works. True if it was not paused.
         ``by``: who pauses it (a username...), kept with the state; "api" when not given."""
-        return bool(self._execute(self._sql().PAUSE_QUEUE, self._state_params(name, by)))
+        return self._changed(self._sql().PAUSE_QUEUE, name, by)
 
     def resume_queue(self, name: str, *, by: str | None = None) -> bool:
         """Let workers claim from queue ``name`` again; True if it was paused."""
-        return bool(self._execute(self._sql().RESUME_QUEUE, self._state_params(name, by)))
+        return self._changed(self._sql().RESUME_QUEUE, name, by)
+
+    def _changed(self, statement: Any, name: str, by: str | None) -> bool:
+        changed = bool(self._execute(statement, self._state_params(name, by)))
+        if changed:
+            self._wake([STATE_CHANGED])
+        return changed
 
     def paused_queues(self) -> list[str]:
         """The names of the paused queues, sorted."""

@@ -36,14 +36,19 @@ class ScheduleStatementsManager(BaseJobManager):
     def due_schedules(self, batch: int) -> list[DueSchedule]:
         """Lock (until the caller's transaction ends) up to ``batch`` due schedules no other pass holds."""
         rows = self._execute(self._sql().DUE_SCHEDULES, {"batch": batch})
-        return [DueSchedule._make((*row[:3], json.loads(row[3]), *row[4:])) for row in rows]
+        time = self._engine().text_time  # the engine's time values as aware datetimes
+        return [
+            DueSchedule._make((*row[:3], json.loads(row[3]), *row[4:10], time(row[10]), time(row[11])))
+            for row in rows
+        ]
 
     def record_ticks(self, name: str, ticks: Sequence[dt.datetime]) -> list[dt.datetime]:
         """Those of ``ticks`` never recorded for schedule ``name`` before, now recorded."""
         if not ticks:
             return []
         rows = self._execute(self._sql().RECORD_TICKS, {"name": name, "ticks": list(ticks)})
-        return sorted(row[0] for row in rows)
+        time = self._engine().text_time  # the engine's time values as aware datetimes
+        return sorted(t for row in rows if (t := time(row[0])) is not None)
 
     def set_tick_jobs(self, name: str, jobs: dict[dt.datetime, int | None]) -> None:
         if jobs:

@@ -118,3 +118,11 @@ RETURNING id, task, status
 PAUSED = """
 SELECT name, changed_at, changed_by FROM jobq_queue WHERE paused ORDER BY name
 """
+
+# The exception class named by the last line of an error text (dashboard.ExceptionClass, a Func
+# template): the last line (split_part with a negative index, PostgreSQL 14+), then what precedes its
+# first colon.
+EXCEPTION_CLASS = (
+    r"left(btrim(split_part(split_part(rtrim(coalesce(%(expressions)s, ''), E' \t\r\n'), E'\n', -1),"
+    r" ':', 1)), 200)"
+)

@@ -40,6 +40,7 @@ class WorkerBase:
     grace: float
     poll_interval: float
     listen: bool
+    wake_in_process: bool
     reaper: Reaper | None
     stopping: threading.Event  # no new claims; finish what runs
     abandon: threading.Event  # grace is over (or second signal): dispatchers leave now

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from .. import validation
+from .. import validation, wakeup
 from ..conf import jobq_settings
+from ..engine_checks import engine_problems
 from ..exceptions import ConfigurationError, InvalidJob
 from ..listener import STATE_CHANGED, Listener
 from ..models import Job
+from ..sql import engine_for
 from .heartbeat import HeartbeatMixin
 from .lanes import ALL_QUEUES, Lane
 from .side import SideWriter
@@ -55,6 +57,8 @@ class Worker(HeartbeatMixin, SlotMixin):
         conf = jobq_settings()
         if problem := conf.lease_problem():
             raise ConfigurationError(problem)
+        if problems := engine_problems(tasks=False):
+            raise ConfigurationError("; ".join(problems))
         if max_jobs is not None and max_jobs < 1:
             raise ConfigurationError("max_jobs must be >= 1")
         if grace < 0:
@@ -72,7 +76,9 @@ class Worker(HeartbeatMixin, SlotMixin):
         }
         self.burst, self.max_jobs, self.grace = burst, max_jobs, grace
         self.poll_interval = conf.poll_interval if poll_interval is None else poll_interval
-        self.listen = conf.notify if listen is None else listen
+        # LISTEN where the engine has it; elsewhere polling, and wake-ups from this process's enqueues.
+        self.listen = (conf.notify if listen is None else listen) and self._engine_listens()
+        self.wake_in_process = conf.notify and not self._engine_listens()
         self.reaper = reaper
         self.scheduler = scheduler
         self.stopping = threading.Event()
@@ -145,6 +151,8 @@ class Worker(HeartbeatMixin, SlotMixin):
         if self.listen:
             self.listener = Listener(self._on_notify, self.finished)
             self.listener.start()
+        elif self.wake_in_process:
+            wakeup.register(self._on_notify)
         if self.reaper is not None:
             self._spawn("jobq-reaper", self.reaper.run, self.finished)
         if self.scheduler is not None:
@@ -182,6 +190,7 @@ class Worker(HeartbeatMixin, SlotMixin):
                 "worker %s: released %d unfinished job(s) to PENDING: %s",
                 self.worker_id, len(released), released,
             )  # fmt: skip
+        wakeup.unregister(self._on_notify)
         self._beat(stopped=True)
         self.finished.set()
         for lane in self.lanes.values():
@@ -193,6 +202,10 @@ class Worker(HeartbeatMixin, SlotMixin):
             thread.join(timeout=max(0.0, end - time.monotonic()))
         self._side_writer.close()
         logger.info("worker %s stopped after %d job(s)", self.worker_id, self.processed)
+
+    @staticmethod
+    def _engine_listens() -> bool:
+        return engine_for(jobq_settings().database).capabilities.listen_notify
 
     def _on_notify(self, queue_name: str | None) -> None:
         if queue_name is None or queue_name == STATE_CHANGED:  # a pause or resume, or a reconnect

@@ -85,8 +85,17 @@ def test_queue_options_parse(settings):
     assert conf.queues["emails"].max_running == 4 and conf.caps() == {"emails": 4}
 
 
-def test_check_refuses_a_non_postgresql_database(settings, monkeypatch):
+def test_check_refuses_a_database_without_an_engine(settings, monkeypatch):
+    from django.db import connections
+
+    monkeypatch.setattr(connections["default"], "vendor", "mysql")
+    assert _ids(settings, {}) == ["jobq.E003"]
+
+
+def test_check_names_each_feature_the_sqlite_engine_lacks(settings, monkeypatch):
     from django.db import connections
 
     monkeypatch.setattr(connections["default"], "vendor", "sqlite")
-    assert _ids(settings, {}) == ["jobq.E003"]
+    ids = _ids(settings, {"QUEUES": {"emails": {"MAX_RUNNING": 2}}})
+    # MAX_RUNNING, and the test app's capped and rate-limited tasks; DEFERRED transactions warned about
+    assert ids.count("jobq.E009") == 4 and "jobq.W001" in ids

@@ -8,6 +8,7 @@ import threading
 import pytest
 import time_machine
 from django.db import connection, connections
+from django.utils import timezone
 
 from django_jobq import InvalidJob
 from django_jobq.managers import NewJob
@@ -15,7 +16,7 @@ from django_jobq.models import Job, JobStatus
 from django_jobq.sql import POSTGRES as postgres
 from tests.conftest import explain, plan_nodes, run_module
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.contract, pytest.mark.django_db(transaction=True)]
 
 T0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -191,10 +192,8 @@ def test_four_processes_inside_then_after_the_window(dead):
     """On the database clock: inside the window nobody gets the key; once it is over, exactly one."""
     first = finish("k", dead=dead, dedupe_done=3600, dedupe_dead=3600)
     assert processes_enqueue("k") == [None] * 4
-    with connection.cursor() as cursor:  # the job finished an hour ago: its window is over now
-        cursor.execute(
-            "UPDATE jobq_job SET finished_at = now() - interval '3600 seconds' WHERE id = %s", [first]
-        )
+    # the job finished an hour ago: its window is over now
+    Job.objects.filter(id=first).update(finished_at=timezone.now() - dt.timedelta(seconds=3601))
     answers = processes_enqueue("k")
     assert sum(a is not None for a in answers) == 1
     assert Job.objects.filter(dedupe_key="k").count() == 2
@@ -369,6 +368,7 @@ def test_bad_enqueue_many_modes_are_refused():
 # -- plans ------------------------------------------------------------------------------------------------
 @pytest.mark.p1
 @pytest.mark.slow
+@pytest.mark.postgresql("query plans")
 def test_keyed_enqueue_and_the_window_check_stay_on_indexes_with_a_million_finished_rows():
     with connection.cursor() as cursor:
         cursor.execute(

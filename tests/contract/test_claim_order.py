@@ -15,7 +15,7 @@ from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
 from django_jobq.sql import postgres
 
-pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
+pytestmark = [pytest.mark.contract, pytest.mark.p0, pytest.mark.django_db]
 
 QUEUES = ("a", "b", "c")
 PRIORITIES = (100, 0, 50, -5, 7)

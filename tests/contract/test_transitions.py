@@ -10,7 +10,7 @@ from django.db import connections, transaction
 
 from django_jobq.models import Job, JobStatus
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.contract, pytest.mark.django_db]
 
 T0 = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
 

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from django_jobq.models import Job, JobStatus
 
-pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
+pytestmark = [pytest.mark.contract, pytest.mark.p0, pytest.mark.django_db]
 
 WORKERS = st.sampled_from(["w1", "w2", "w3"])
 LEASE = 10

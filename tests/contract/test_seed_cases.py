@@ -10,7 +10,7 @@ from django.db import close_old_connections
 from django_jobq import compute_backoff
 from django_jobq.models import Job, JobStatus
 
-pytestmark = [pytest.mark.integration, pytest.mark.p0]
+pytestmark = [pytest.mark.contract, pytest.mark.p0]
 
 
 @pytest.mark.django_db

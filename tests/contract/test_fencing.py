@@ -8,7 +8,7 @@ import time_machine
 
 from django_jobq.models import Job, JobStatus
 
-pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
+pytestmark = [pytest.mark.contract, pytest.mark.p0, pytest.mark.django_db]
 
 T0 = dt.datetime(2026, 4, 1, 9, 0, tzinfo=dt.UTC)
 

@@ -13,7 +13,7 @@ from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
 from tests.conftest import run_module
 
-pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.contract, pytest.mark.p0, pytest.mark.django_db(transaction=True)]
 
 
 def _race(n: int, target) -> list:
@@ -37,6 +37,7 @@ def _race(n: int, target) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.postgresql("processes on one SQLite file take turns at its one write lock; threads race below")
 def test_processes_drain_every_job_exactly_once():
     total, batch = 600, 7
     ids = Job.objects.enqueue_many(NewJob("test.noop", {"i": i}) for i in range(total))

@@ -1,0 +1,178 @@
+"""The engines: how one named statement runs on one database. An engine is the statements of its
+database (the same names in each), its Capabilities, and the few things that differ in running them:
+the cursor, how parameters travel, and how a multi-step statement is made atomic."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from .capabilities import Capabilities
+
+
+class Result(NamedTuple):
+    names: list[str]  # the columns' names; empty for a statement that returns no rows
+    rows: list[tuple[Any, ...]]
+    rowcount: int
+
+
+def _last(results: list[Result]) -> Result:
+    return results[-1]
+
+
+@dataclass(frozen=True)
+class Script:
+    """A statement an engine runs as several steps in one write transaction (SQLite has no writable
+    CTEs); ``combine`` makes the steps' results the one result the PostgreSQL statement gives."""
+
+    steps: tuple[str, ...]
+    combine: Callable[[list[Result]], Result] = field(default=_last)
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A statement of a feature this engine does not have: running it raises ConfigurationError."""
+
+    feature: str
+    what: str
+
+
+Statement = str | Script | Unsupported
+
+
+class Engine:
+    """Runs the statements of one database vendor."""
+
+    def __init__(self, vendor: str, statements: Any, capabilities: Capabilities, stats: Any) -> None:
+        self.vendor = vendor
+        self.statements = statements
+        self.capabilities = capabilities
+        self.stats = stats  # the dashboard's statements
+
+    def run(self, wrapper: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]) -> Result:
+        raise NotImplementedError
+
+    def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
+        """Bound every later statement on this thread's queue connection (worker and reaper only)."""
+        raise NotImplementedError
+
+    def setup_problems(self, alias: str) -> tuple[list[str], list[str]]:
+        """(errors, warnings) about this engine's requirements for the database ``alias``."""
+        return [], []
+
+    def wake_local(self, alias: str, queues: Sequence[str]) -> None:
+        """Wake this process's workers for ``queues`` when the caller's transaction commits, where the
+        database sends no notification of its own. Nothing on an engine with LISTEN/NOTIFY."""
+
+    def text_time(self, value: Any) -> dt.datetime | None:
+        """A time column as the driver returns it, as an aware datetime."""
+        return value  # type: ignore[no-any-return]
+
+
+class SqliteEngine(Engine):
+    """SQLite through Django's backend: named parameters (lists travel as JSON text, times as
+    Django's own text format), multi-step statements under BEGIN IMMEDIATE."""
+
+    def run(self, wrapper: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]) -> Result:
+        if isinstance(statement, Unsupported):
+            self.capabilities.require(statement.feature, statement.what)
+        adapted = {name: _sqlite_value(value) for name, value in params.items()}
+        if isinstance(statement, str):
+            return self._one(wrapper, statement, adapted)
+        assert isinstance(statement, Script)
+        with self._immediate(wrapper):
+            return statement.combine([self._one(wrapper, step, adapted) for step in statement.steps])
+
+    @staticmethod
+    def _one(wrapper: BaseDatabaseWrapper, sql: str, params: dict[str, Any]) -> Result:
+        with wrapper.cursor() as cursor:
+            cursor.execute(sql, params)
+            if cursor.description is None:
+                return Result([], [], cursor.rowcount)
+            names = [column[0] for column in cursor.description]
+            return Result(names, [tuple(row) for row in cursor.fetchall()], cursor.rowcount)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _immediate(wrapper: BaseDatabaseWrapper) -> Iterator[None]:
+        """The steps' transaction: BEGIN IMMEDIATE takes the database's one write lock before the
+        first step reads, so the steps see and write one state no other writer changes between them
+        (a deferred transaction that read first could not upgrade while another writes). Inside the
+        caller's transaction the steps are part of it (a savepoint keeps a failed step's writes out)."""
+        if wrapper.in_atomic_block:
+            from django.db import transaction
+
+            with transaction.atomic(using=wrapper.alias):
+                yield
+            return
+        wrapper.ensure_connection()
+        with wrapper.cursor() as cursor:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT")
+
+    def setup_problems(self, alias: str) -> tuple[list[str], list[str]]:
+        from django.db import connections
+
+        from .sqlite_setup import version_problem
+
+        errors = [problem] if (problem := version_problem()) else []
+        options = connections[alias].settings_dict.get("OPTIONS") or {}
+        warnings = []
+        if str(options.get("transaction_mode") or "").upper() != "IMMEDIATE":
+            warnings.append(
+                f"database {alias!r} (SQLite) opens DEFERRED transactions: a transaction.atomic() "
+                "block that reads before it writes fails with 'database is locked' when another "
+                'writer commits first; set OPTIONS {"transaction_mode": "IMMEDIATE"}'
+            )
+        return errors, warnings
+
+    def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
+        # SQLite has no statement timeout; a lock wait is bounded by the busy timeout.
+        from .sqlite_setup import configure
+
+        configure(wrapper, lock_s)
+
+    def wake_local(self, alias: str, queues: Sequence[str]) -> None:
+        from django.db import transaction
+
+        from .. import wakeup
+
+        names = list(queues)
+        transaction.on_commit(lambda: wakeup.notify(names), using=alias)
+
+    def text_time(self, value: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        # A datetime column read directly comes parsed (naive, UTC) by Django's converters; an
+        # expression's value comes as text.
+        parsed = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def sqlite_time(value: dt.datetime) -> str:
+    """An aware datetime in the text form SQLite's statements compare and Django's ORM reads: UTC,
+    'YYYY-MM-DD HH:MM:SS.ffffff' (always six digits, so text order is time order)."""
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _sqlite_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return sqlite_time(value)
+    if isinstance(value, list | tuple):
+        return json.dumps([sqlite_time(v) if isinstance(v, dt.datetime) else v for v in value])
+    if isinstance(value, bool):
+        return int(value)
+    return value

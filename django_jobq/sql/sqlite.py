@@ -1,0 +1,272 @@
+"""SQLite statements: the job's transitions and maintenance, under the names of sql/postgres.py.
+
+SQLite has one writer at a time: a write statement takes the database's write lock before it reads
+(an UPDATE in autocommit is a write transaction from its first step), and a Script runs its steps
+under BEGIN IMMEDIATE (engines.SqliteEngine). So a statement sees no concurrent write, there is no
+SKIP LOCKED to need, and every guard below is evaluated on the rows as they are when it writes.
+
+Transitions out of RUNNING are the same compare-and-set as on PostgreSQL: the job id, status RUNNING,
+the owner's worker_id and the fence (the fencing token), success reported through RETURNING. The
+fence grows by one with every claim and in-slot retry and nothing lowers it.
+"""
+
+from .engines import Result, Script, Unsupported
+from .sqlite_terms import DEAD, DONE, NOW, PENDING, RUNNING, each, plus, ts, window_over
+
+__all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "ts"]
+
+CLAIMED_COLUMNS = (
+    "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
+    "fence", "releases", "worker_id", "lease_until", "dedupe_key", "concurrency_key", "created_at",
+    "started_at",
+)  # fmt: skip
+
+
+def _append_error(entry: str) -> str:
+    """errors with ``entry`` (a json_object expression) appended, cut to the last %(history)s entries."""
+    grown = f"json_insert(errors, '$[#]', {entry})"
+    return (
+        f"(SELECT json_group_array(json(e.value)) FROM (SELECT value FROM json_each({grown}) "
+        f"WHERE key >= json_array_length({grown}) - %(history)s ORDER BY key) AS e)"
+    )
+
+
+def _error(text: str) -> str:
+    return _append_error(
+        f"json_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', {text})"
+    )
+
+
+def _in_claim_order(results: list[Result]) -> Result:
+    """RETURNING gives rows in no defined order; a claim hands them out in claim order."""
+    found = results[-1]
+    at = {name: i for i, name in enumerate(found.names)}
+    rows = sorted(found.rows, key=lambda r: (r[at["priority"]], r[at["run_at"]], r[at["id"]]))
+    return Result(found.names, rows, found.rowcount)
+
+
+# claim: up to %(limit)s due PENDING jobs (lowest priority value, then run_at, then id) become RUNNING
+# for this worker, in one UPDATE ... RETURNING under BEGIN IMMEDIATE: no other writer runs between the
+# selection and the write, so no two claimers ever take the same job. The subquery reads the claim
+# index (status PENDING: queue, priority, run_at, id).
+def _claim(where: str = "") -> Script:
+    take = f"""UPDATE jobq_job
+SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = attempts + 1, fence = fence + 1,
+    started_at = {NOW}, lease_until = {plus(NOW, "%(lease)s")}
+WHERE id IN (
+    SELECT id FROM jobq_job WHERE status = {PENDING} AND run_at <= {NOW}{where}
+    ORDER BY priority, run_at, id LIMIT %(limit)s
+) AND status = {PENDING}
+RETURNING {", ".join(CLAIMED_COLUMNS)}"""
+    return Script((take,), _in_claim_order)
+
+
+_REST_WHERE = f" AND queue NOT IN {each('exclude')}"
+CLAIM_ANY_QUEUE = _claim()
+CLAIM_ONE_QUEUE = _claim(" AND queue = %(queue)s")
+CLAIM_QUEUES = _claim(f" AND queue IN {each('queues')}")
+CLAIM_REST = _claim(_REST_WHERE)
+
+_OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
+# (id, fence[, result]) from parallel list parameters: each id's fence and result are read at its
+# position (json_each's key) with json_extract. These lists are a worker's slots, so they stay small.
+_HELD = """(SELECT i.value AS id, json_extract(%(fences)s, '$[' || i.key || ']') AS fence
+    FROM json_each(%(ids)s) AS i)"""
+_DONE_ROWS = """(SELECT i.value AS id, json_extract(%(fences)s, '$[' || i.key || ']') AS fence,
+    json_extract(%(results)s, '$[' || i.key || ']') AS result FROM json_each(%(ids)s) AS i)"""
+
+# complete: RUNNING -> DONE, only by the owner of this very run (a NULL fence: any run of this owner).
+# The second column stands for PostgreSQL's completion NOTIFY (wait_for), which SQLite has not.
+COMPLETE = f"""
+UPDATE jobq_job SET status = {DONE}, result = %(result)s, finished_at = {NOW}, lease_until = NULL
+WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
+RETURNING id, NULL
+"""
+
+# complete_many: COMPLETE for a batch of (id, fence, result); rows whose guard fails are not returned.
+COMPLETE_MANY = f"""
+UPDATE jobq_job SET status = {DONE}, result = d.result, finished_at = {NOW}, lease_until = NULL
+FROM {_DONE_ROWS} AS d
+WHERE jobq_job.id = d.id AND jobq_job.status = {RUNNING} AND jobq_job.worker_id = %(worker_id)s
+  AND jobq_job.fence = d.fence
+RETURNING id, NULL
+"""
+
+_GIVE_UP = "(%(permanent)s OR attempts >= max_attempts)"
+_RANDOM = "(abs(random()) / 9223372036854775808.0)"  # uniform in [0, 1)
+
+# fail: RUNNING -> PENDING (retry at now + backoff) or DEAD, only by the owner of this run. Without an
+# explicit backoff: full jitter below min(cap, base * 2^(attempts-1)), as on PostgreSQL.
+FAIL = f"""
+UPDATE jobq_job
+SET status = CASE WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
+    run_at = CASE WHEN {_GIVE_UP} THEN run_at ELSE {plus(NOW, f"COALESCE(%(backoff)s, {_RANDOM} * min(%(cap)s, %(base)s * (1 << min(max(attempts - 1, 0), 62))))")} END,
+    finished_at = CASE WHEN {_GIVE_UP} THEN {NOW} END,
+    worker_id = CASE WHEN {_GIVE_UP} THEN worker_id END,
+    lease_until = NULL, last_error = %(error)s, error_count = error_count + 1,
+    errors = {_error("%(error)s")}
+WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
+RETURNING status, NULL
+"""
+
+# renew_lease: set one owned job's lease to now + lease.
+RENEW_LEASE = f"""
+UPDATE jobq_job SET lease_until = {plus(NOW, "%(lease)s")}
+WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
+RETURNING id
+"""
+
+# heartbeat: renew every lease the worker holds (never shortening one), then report the held
+# (id, fence) pairs that are no longer this run's (lost); both steps in one write transaction.
+HEARTBEAT = Script((
+    f"""UPDATE jobq_job SET lease_until = max(lease_until, {plus(NOW, "%(lease)s")})
+FROM {_HELD} AS h
+WHERE jobq_job.id = h.id AND jobq_job.fence = h.fence AND jobq_job.status = {RUNNING}
+  AND jobq_job.worker_id = %(worker_id)s""",
+    f"""SELECT h.id, h.fence FROM {_HELD} AS h WHERE NOT EXISTS (
+    SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND j.status = {RUNNING}
+      AND j.worker_id = %(worker_id)s AND j.fence = h.fence)""",
+))  # fmt: skip
+
+# release: a stopping worker gives back every job it still holds; the first %(free)s releases of a job
+# do not use up an attempt, later ones do, and a job out of attempts goes DEAD (as on PostgreSQL).
+_RELEASE_DEAD = "(releases >= %(free)s AND attempts >= max_attempts)"
+RELEASE = f"""
+UPDATE jobq_job
+SET status = CASE WHEN {_RELEASE_DEAD} THEN {DEAD} ELSE {PENDING} END,
+    attempts = CASE WHEN releases < %(free)s THEN attempts - 1 ELSE attempts END,
+    releases = releases + 1,
+    worker_id = CASE WHEN {_RELEASE_DEAD} THEN worker_id END,
+    finished_at = CASE WHEN {_RELEASE_DEAD} THEN {NOW} END,
+    last_error = CASE WHEN {_RELEASE_DEAD}
+        THEN 'released by a stopping worker with no attempts left' ELSE last_error END,
+    lease_until = NULL, run_at = {NOW},
+    errors = {_error("'released: worker shut down'")}
+WHERE {_OWNED}
+RETURNING id, NULL
+"""
+
+# reap: every RUNNING job whose lease expired goes back to PENDING, or DEAD when out of attempts, in
+# one statement; a heartbeat that committed first has moved lease_until and the guard leaves the job.
+REAP = f"""
+UPDATE jobq_job
+SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN {NOW} END,
+    worker_id = CASE WHEN attempts >= max_attempts THEN worker_id END,
+    run_at = {NOW}, lease_until = NULL, error_count = error_count + 1,
+    last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
+    errors = {_error("'lease expired: worker stopped renewing it'")}
+WHERE status = {RUNNING} AND lease_until < {NOW}
+RETURNING id, NULL
+"""
+
+# requeue_free_keys / requeue: as on PostgreSQL (run in one transaction by the manager): release the
+# finished holders of the chosen DEAD jobs' keys whose window is over, then DEAD -> PENDING with a
+# fresh budget; of several chosen jobs sharing a key only one (the holder, else the newest).
+REQUEUE_FREE_KEYS = f"""
+UPDATE jobq_job SET key_released = 1
+WHERE dedupe_key IN (
+        SELECT dedupe_key FROM jobq_job
+        WHERE id IN {each("ids")} AND status = {DEAD} AND dedupe_key IS NOT NULL AND key_released)
+  AND NOT key_released AND {window_over("jobq_job")}
+"""
+REQUEUE = f"""
+WITH chosen AS (
+    SELECT id FROM (
+        SELECT j.id, row_number() OVER (
+            PARTITION BY j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END
+            ORDER BY j.key_released, j.id DESC) AS n
+        FROM jobq_job AS j
+        WHERE j.id IN {each("ids")} AND j.status = {DEAD}
+          AND (j.dedupe_key IS NULL OR NOT j.key_released OR NOT EXISTS (
+                SELECT 1 FROM jobq_job AS a WHERE a.dedupe_key = j.dedupe_key AND NOT a.key_released))
+    ) WHERE n = 1
+)
+UPDATE jobq_job
+SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s, {NOW}),
+    priority = COALESCE(%(priority)s, priority), worker_id = NULL, lease_until = NULL,
+    started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = 0
+WHERE id IN (SELECT id FROM chosen) AND status = {DEAD}
+RETURNING id
+"""
+
+_COUNT = "SELECT {s}, count(*) FROM jobq_job WHERE status = {s}{where}"
+# counts / counts_queue: jobs per status, exact, one partial-index range each. Read-only.
+COUNTS = "\nUNION ALL ".join(_COUNT.format(s=s, where="") for s in (PENDING, RUNNING, DONE, DEAD))
+COUNTS_QUEUE = "\nUNION ALL ".join(
+    _COUNT.format(s=s, where=" AND queue = %(queue)s") for s in (PENDING, RUNNING, DONE, DEAD)
+)
+
+# prune: delete up to %(batch)s finished jobs of one terminal status older than the retention, except a
+# job still holding its dedupe key inside its window. The repeated status guard keeps active jobs.
+PRUNE = f"""
+DELETE FROM jobq_job
+WHERE id IN (
+    SELECT id FROM jobq_job
+    WHERE status = %(status)s AND status IN ({DONE}, {DEAD})
+      AND finished_at < {plus(NOW, "-%(age)s")}
+      AND (dedupe_key IS NULL OR key_released OR {window_over("jobq_job")})
+    ORDER BY finished_at LIMIT %(batch)s
+) AND status IN ({DONE}, {DEAD})
+"""
+
+SET_PROGRESS = f"""
+UPDATE jobq_job SET progress = %(progress)s WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s
+RETURNING id
+"""
+
+# retry_in_slot: a failed attempt recorded and the next begun in the same slot (fence + 1, lease
+# renewed), only while attempts remain.
+RETRY_IN_SLOT = f"""
+UPDATE jobq_job
+SET attempts = attempts + 1, fence = fence + 1, started_at = {NOW}, lease_until = {plus(NOW, "%(lease)s")},
+    last_error = %(error)s, error_count = error_count + 1, errors = {_error("%(error)s")}
+WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts
+RETURNING attempts, fence
+"""
+
+# release_orphans: jobs of this queue this worker holds but does not know it runs (a lost claim
+# reply) go back, their attempt returned.
+_RELEASE_ORPHANS = f"""
+UPDATE jobq_job
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW}, attempts = attempts - 1
+WHERE {_OWNED} AND {{queues}} AND id NOT IN {each("known")}
+RETURNING id
+"""
+RELEASE_ORPHANS = _RELEASE_ORPHANS.format(queues="queue = %(queue)s")
+RELEASE_ORPHANS_REST = _RELEASE_ORPHANS.format(queues=f"queue NOT IN {each('exclude')}")
+
+# release_unstarted: runs a stopping worker claimed ahead and never started go back to PENDING, in
+# their place (run_at kept), the claim's attempt returned and no release counted; fenced per run.
+RELEASE_UNSTARTED = f"""
+UPDATE jobq_job
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = attempts - 1
+FROM {_HELD} AS h
+WHERE jobq_job.id = h.id AND jobq_job.fence = h.fence AND {_OWNED}
+RETURNING id
+"""
+
+JOB_STATE = "SELECT status, worker_id, fence FROM jobq_job WHERE id = %(id)s"
+JOB_ROW = "SELECT * FROM jobq_job WHERE id = %(id)s"
+
+
+def _completed_then_claimed(results: list[Result]) -> Result:
+    """COMPLETE_MANY's ids and the claim's rows as PostgreSQL's one statement gives them: a first
+    column of the completed ids, then the claimed job's columns (one row of NULLs when none)."""
+    completed = [row[0] for row in results[0].rows]
+    claimed = _in_claim_order(results[1:])
+    rows = [(completed, *row) for row in claimed.rows] or [(completed, *[None] * len(claimed.names))]
+    return Result(["completed", *claimed.names], rows, len(claimed.rows))
+
+
+# complete_and_claim: the worker's cycle in one write transaction: COMPLETE_MANY, then a claim from one
+# queue (or, _REST, from every queue but %(exclude)s).
+COMPLETE_AND_CLAIM = Script((COMPLETE_MANY, CLAIM_ONE_QUEUE.steps[0]), _completed_then_claimed)
+COMPLETE_AND_CLAIM_REST = Script((COMPLETE_MANY, CLAIM_REST.steps[0]), _completed_then_claimed)
+
+# Not on SQLite (Capabilities): queue and task caps, wait_for's completion notification.
+COMPLETE_AND_CLAIM_CAPPED = Unsupported("queue_caps", 'JOBQ["QUEUES"][...]["MAX_RUNNING"]')
+CAP_LOCK = Unsupported("queue_caps", 'JOBQ["QUEUES"][...]["MAX_RUNNING"]')
+RUNNING_BY_TASK = Unsupported("task_caps", "@task(max_running=...)")
+SNOOZE = Unsupported("task_caps", "@task(max_running=...) and rate-limited tasks")
+WAIT_MARK = Unsupported("wait_for", "Job.objects.wait_for()")

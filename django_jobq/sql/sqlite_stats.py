@@ -1,0 +1,67 @@
+"""SQLite: the statements behind the admin dashboard and ``manage.py jobq_stats`` (sql/stats.py has
+the PostgreSQL ones, under the same names). Read-only, except DELETE_INACTIVE. SQLite keeps no
+planner statistics of a table's rows, so DONE jobs are always counted (DONE_COUNT), up to the
+caller's limit."""
+
+from .sqlite_terms import DEAD, DONE, NOW, PENDING, RUNNING, each, plus
+
+ACTIVE = f"""
+SELECT {PENDING} AS status, queue, count(*) AS jobs,
+       count(*) FILTER (WHERE run_at <= {NOW}) AS flagged,
+       min(run_at) FILTER (WHERE run_at <= {NOW}) AS oldest
+FROM jobq_job WHERE status = {PENDING} GROUP BY queue
+UNION ALL
+SELECT {RUNNING}, queue, count(*), count(*) FILTER (WHERE lease_until < {NOW}), min(lease_until)
+FROM jobq_job WHERE status = {RUNNING} GROUP BY queue
+UNION ALL
+SELECT {DEAD}, queue, count(*), 0, NULL
+FROM jobq_job WHERE status = {DEAD} GROUP BY queue
+"""
+
+# done_estimate: the clock, and no estimate (one row of NULLs: the caller counts instead).
+DONE_ESTIMATE = f"SELECT {NOW} AS now, NULL, NULL, NULL"
+
+DONE_COUNT = f"""
+SELECT queue, count(*) FROM (
+    SELECT queue FROM jobq_job WHERE status = {DONE} LIMIT COALESCE(%(limit)s, -1)
+) GROUP BY queue
+"""
+
+# finished: jobs that reached DONE or DEAD in the last hour, per queue, status and minute ago.
+FINISHED = f"""
+SELECT queue, status, CAST((julianday({NOW}) - julianday(finished_at)) * 1440 AS INTEGER) AS ago, count(*)
+FROM jobq_job
+WHERE finished_at > {plus(NOW, "-3600")} AND finished_at <= {NOW} AND status IN ({DONE}, {DEAD})
+GROUP BY queue, status, ago
+"""
+
+WORKERS = f"""
+SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at,
+       (julianday({NOW}) - julianday(last_seen_at)) * 86400.0 AS silent_for
+FROM jobq_worker
+WHERE last_seen_at > {plus(NOW, "-%(recent)s")}
+ORDER BY last_seen_at DESC
+LIMIT %(limit)s
+"""
+
+FILTER_NAMES = f"""
+SELECT kind, name FROM (
+    SELECT 'queue' AS kind, queue AS name FROM jobq_job WHERE status = {PENDING}
+    UNION SELECT 'queue', queue FROM jobq_job WHERE status = {RUNNING}
+    UNION SELECT 'queue', queue FROM jobq_job WHERE status = {DEAD}
+    UNION SELECT 'task', task FROM jobq_job WHERE status = {DEAD})
+LIMIT %(limit)s
+"""
+
+# delete_inactive: the admin's delete; never a RUNNING job, whatever the parameter says.
+DELETE_INACTIVE = f"""
+DELETE FROM jobq_job
+WHERE id IN {each("ids")} AND status IN {each("statuses")} AND status <> {RUNNING}
+RETURNING id, task, status
+"""
+
+PAUSED = "SELECT name, changed_at, changed_by FROM jobq_queue WHERE paused ORDER BY name"
+
+# The exception class named by the last line of an error text (dashboard.ExceptionClass), computed by
+# a function django-jobq registers on the queue's SQLite connections (sqlite_setup).
+EXCEPTION_CLASS = "jobq_exception_class(%(expressions)s)"

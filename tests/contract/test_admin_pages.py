@@ -1,0 +1,66 @@
+"""The admin and jobq_stats on each engine: every page renders the queue's figures, the dead letters
+are grouped by exception class, and the guarded delete never removes a running job."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from django_jobq.models import Job, JobStatus
+
+pytestmark = [pytest.mark.contract, pytest.mark.p1, pytest.mark.django_db]
+
+
+def _jobs() -> tuple[int, int, int]:
+    done = Job.objects.enqueue("test.echo", {"n": 1})
+    Job.objects.complete(Job.objects.claim("w1").id, "w1", {"ok": True})
+    dead = Job.objects.enqueue("test.echo", {"n": 2}, max_attempts=1)
+    Job.objects.claim("w1")
+    Job.objects.fail(dead, "w1", "Traceback (most recent call last):\n  ...\nValueError: boom")
+    running = Job.objects.enqueue("test.echo", {"n": 3})
+    Job.objects.claim("w1")
+    return done, dead, running
+
+
+def test_every_page_renders(admin_client):
+    done, _dead, running = _jobs()
+    Job.objects.worker_beat("w1", hostname="h", pid=1, lanes={"default": 1}, running=1, stopped=False)
+    Job.objects.pause_queue("default")
+    for url in (
+        "/admin/django_jobq/job/dashboard/",
+        "/admin/django_jobq/job/",
+        f"/admin/django_jobq/job/{done}/change/",
+        f"/admin/django_jobq/job/{running}/change/",
+        "/admin/django_jobq/deadjob/",
+        "/admin/django_jobq/workerrecord/",
+    ):
+        assert admin_client.get(url).status_code == 200, url
+    dashboard = admin_client.get("/admin/django_jobq/job/dashboard/").content.decode()
+    assert "default" in dashboard and "w1" in dashboard
+
+
+def test_dead_letters_are_grouped_by_the_exception_class():
+    from django_jobq.dashboard import ExceptionClass
+
+    _jobs()
+    (row,) = Job.objects.filter(status=JobStatus.DEAD).annotate(exception=ExceptionClass("last_error"))
+    assert row.exception == "ValueError"
+
+
+def test_the_admin_delete_keeps_a_running_job(admin_client):
+    done, _dead, running = _jobs()
+    response = admin_client.post(
+        "/admin/django_jobq/job/",
+        {"action": "delete_selected", "_selected_action": [done, running], "post": "yes"},
+    )
+    assert response.status_code in (200, 302)
+    assert not Job.objects.filter(id=done).exists()
+    assert Job.objects.get(id=running).status == JobStatus.RUNNING
+
+
+def test_jobq_stats_counts_each_status():
+    _jobs()
+    out = StringIO()
+    call_command("jobq_stats", stdout=out)
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("default"))
+    assert line.split()[:4] == ["default", "0", "0", "-"]  # nothing pending, so no lag
