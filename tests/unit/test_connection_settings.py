@@ -87,7 +87,8 @@ def test_check_ids_for_connections(settings, monkeypatch):
     from django.db import connections
 
     monkeypatch.setattr(connections["default"], "vendor", "sqlite")
-    assert _ids(settings, {"LISTEN_DATABASE": "default"}) == ["jobq.E003", "jobq.E007"]
+    ids = _ids(settings, {"LISTEN_DATABASE": "default"})  # LISTEN on a SQLite alias
+    assert ids.count("jobq.E007") == 1
 
 
 class Elsewhere:

@@ -35,8 +35,9 @@ def test_demo_runs_on_sqlite_with_no_database_server_named(tmp_path):
     out = manage("demo")
     assert "search 'coffee beans': duplicate, not enqueued" in out
     assert "order for bob@example.com: refused, rolled back" in out
-    assert "before: PENDING=5, RUNNING=0, DONE=0, DEAD=0" in out
-    assert "after:  PENDING=0, RUNNING=0, DONE=5, DEAD=0" in out
+    assert "before: PENDING=7, RUNNING=0, DONE=0, DEAD=0" in out
+    assert "after:  PENDING=0, RUNNING=0, DONE=7, DEAD=0" in out
+    assert "receipts sent (django.tasks): ada@example.com, cy@example.com" in out
     assert "orders confirmed: 2 of 2" in out
     assert f"(database {str(database)!r})" in out
     stats = manage("jobq_stats")
