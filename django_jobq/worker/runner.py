@@ -176,30 +176,21 @@ class SlotRunner:
                         duration=duration,
                     )
                 # A short delay: wait in the slot, keeping the job (the heartbeat renews its lease).
+                # Stopping meanwhile, or the database away: this attempt fails the usual way.
+                retry_now = Outcome(
+                    fence=fence, attempt=attempt, error=error, error_class=error_class, backoff=0,
+                    duration=duration,
+                )  # fmt: skip
                 if self.stopping.wait(delay):
-                    return Outcome(
-                        fence=fence,
-                        attempt=attempt,
-                        error=error,
-                        error_class=error_class,
-                        backoff=0,
-                        duration=duration,
-                    )
+                    return retry_now
                 from ..models import Job as JobModel
 
                 try:
                     renewed = JobModel.objects.retry_in_slot(
                         job.id, self.worker_id, fence, error, error_class=error_class
                     )
-                except DatabaseError:  # the database is away: fail this attempt the usual way instead
-                    return Outcome(
-                        fence=fence,
-                        attempt=attempt,
-                        error=error,
-                        error_class=error_class,
-                        backoff=0,
-                        duration=duration,
-                    )
+                except DatabaseError:
+                    return retry_now
                 if renewed is None or not on_attempt(*renewed):
                     return Outcome(fence=fence, attempt=attempt, abandoned=True, duration=duration)
                 logger.info(

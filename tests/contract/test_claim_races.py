@@ -2,38 +2,17 @@
 
 import json
 import subprocess
-import threading
 import time
 from collections import Counter
 
 import pytest
-from django.db import close_old_connections
 
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
 from tests.conftest import run_module
+from tests.contract.racing import race
 
 pytestmark = [pytest.mark.contract, pytest.mark.p0, pytest.mark.django_db(transaction=True)]
-
-
-def _race(n: int, target) -> list:
-    """Run target(i) in n threads released together; collect results."""
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = target(i)
-        finally:
-            close_old_connections()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 @pytest.mark.slow
@@ -70,7 +49,7 @@ def test_threads_racing_on_claim_never_share_a_job():
             mine.append(job.id)
         return mine
 
-    results = _race(8, drain)
+    results = race(8, drain)
     everything = [job_id for ids in results for job_id in ids]
     assert len(everything) == 40 and len(set(everything)) == 40
 
@@ -84,14 +63,14 @@ def test_batch_claim_never_exceeds_its_limit_under_concurrency():
             sizes.append(len(jobs))
         return sizes
 
-    sizes = [size for per_thread in _race(8, claim_batches) for size in per_thread]
+    sizes = [size for per_thread in race(8, claim_batches) for size in per_thread]
     assert max(sizes) <= 3
     assert sum(sizes) == 200
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 200
 
 
 def test_same_dedupe_key_from_eight_threads_makes_one_job():
-    results = _race(8, lambda i: Job.objects.enqueue("test.echo", {"from": i}, dedupe_key="one-only"))
+    results = race(8, lambda i: Job.objects.enqueue("test.echo", {"from": i}, dedupe_key="one-only"))
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
     assert Job.objects.filter(dedupe_key="one-only").count() == 1

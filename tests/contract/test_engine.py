@@ -2,38 +2,18 @@
 with a clear error, wake-ups, and races on the fence and the reaper's lease (threads, on either engine)."""
 
 import datetime as dt
-import threading
 import time
 
 import pytest
 import time_machine
-from django.db import close_old_connections
 
 from django_jobq import ConfigurationError
 from django_jobq.models import Job, JobStatus, WorkerRecord
 from django_jobq.sql import ENGINES, Unsupported, engine_for
 from tests.conftest import wait_until
+from tests.contract.racing import race
 
 pytestmark = [pytest.mark.contract, pytest.mark.p0]
-
-
-def _race(n, target):
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = target(i)
-        finally:
-            close_old_connections()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 def test_every_engine_has_every_statement_under_the_same_name():
@@ -105,7 +85,7 @@ def test_only_the_current_run_completes_a_job_after_reap_and_reclaim(python_cloc
         current = Job.objects.claim("w2")
         assert current.fence == stale.fence + 1
         runs = [("w1", stale.fence), ("w2", current.fence)] * 4
-        results = _race(8, lambda i: Job.objects.complete(job_id, runs[i][0], {"by": i}, fence=runs[i][1]))
+        results = race(8, lambda i: Job.objects.complete(job_id, runs[i][0], {"by": i}, fence=runs[i][1]))
     winners = [i for i, ok in enumerate(results) if ok]
     assert len(winners) == 1 and runs[winners[0]][0] == "w2"
     job = Job.objects.get(id=job_id)
@@ -114,7 +94,7 @@ def test_only_the_current_run_completes_a_job_after_reap_and_reclaim(python_cloc
 
 @pytest.mark.django_db(transaction=True)
 def test_eight_reapers_racing_for_the_lease_make_one_holder():
-    results = _race(8, lambda i: Job.objects.acquire_lease("reaper", f"reaper-{i}", 30))
+    results = race(8, lambda i: Job.objects.acquire_lease("reaper", f"reaper-{i}", 30))
     assert results.count(True) == 1
     holder = f"reaper-{results.index(True)}"
     assert Job.objects.acquire_lease("reaper", holder, 30) is True  # the holder renews
