@@ -75,6 +75,29 @@ class Engine:
         return value  # type: ignore[no-any-return]
 
 
+_predicates: dict[str, str] = {}  # database file -> the dedupe index's WHERE, as created
+
+
+def _dedupe_predicate(wrapper: BaseDatabaseWrapper) -> str:
+    """The WHERE of the partial index jobq_job_dedupe exactly as the migration wrote it. SQLite
+    matches an ON CONFLICT target to a partial index only if the two WHERE clauses are the same
+    expression, and Django versions write the condition differently (``NOT "key_released"``,
+    ``"key_released" = 0``)."""
+    from .sqlite_enqueue import HELD
+
+    name = str(wrapper.settings_dict["NAME"])
+    if name not in _predicates:
+        with wrapper.cursor() as cursor:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'jobq_job_dedupe'")
+            row = cursor.fetchone()
+        text = row[0] if row and row[0] else ""
+        where = text.partition(" WHERE ")[2].strip()
+        if not where:
+            return HELD  # no such index yet (a migration is running): SQLite will say so
+        _predicates[name] = where
+    return _predicates[name]
+
+
 class SqliteEngine(Engine):
     """SQLite through Django's backend: named parameters (lists travel as JSON text, times as
     Django's own text format), multi-step statements under BEGIN IMMEDIATE."""
@@ -91,6 +114,10 @@ class SqliteEngine(Engine):
 
     @staticmethod
     def _one(wrapper: BaseDatabaseWrapper, sql: str, params: dict[str, Any]) -> Result:
+        from .sqlite_enqueue import HELD
+
+        if HELD in sql:
+            sql = sql.replace(HELD, _dedupe_predicate(wrapper))
         with wrapper.cursor() as cursor:
             cursor.execute(sql, params)
             if cursor.description is None:
