@@ -24,7 +24,7 @@ from tests.conftest import ROOT, child_env
 
 T = TypeVar("T")
 FIGURES: list[dict[str, Any]] = []  # printed again at the end of the run (conftest)
-SERIALISATION_ERRORS = re.compile(r"40P01|40001|deadlock detected|could not serialize access", re.I)
+SERIALISATION_ERRORS = re.compile(r"\b(?:40P01|40001)\b|deadlock detected|could not serialize access", re.I)
 
 
 def report(test: str, **figures: Any) -> dict[str, Any]:
