@@ -70,8 +70,9 @@ class DispatchMixin(PauseMixin):
                     self._give_back_unstarted(lane)
                 else:
                     self._held(lane)  # the paused queues this cycle leaves out
-                with lane.cond:
-                    room = lane.capacity(jobq_settings().claim_ahead) - lane.busy
+                with lane.cond:  # a run that finished since this cycle's outcomes were taken is still
+                    # RUNNING in the database until the next cycle writes it: it keeps its place
+                    room = lane.capacity(jobq_settings().claim_ahead) - lane.busy - len(lane.outcomes)
                 with self._lock:
                     free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
