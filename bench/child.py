@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -64,6 +65,55 @@ def enqueue_bulk(system: System, p: dict[str, Any]) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     _check_count(system, n)
     return _rate(n, elapsed)
+
+
+def enqueue_parallel(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """W7: ``producers`` processes, each making single enqueue calls (one transaction each) for
+    ``seconds``, no worker running; the jobs/s of all of them together. The processes are forked
+    before any connection is opened and each opens its own."""
+    producers, seconds = p["producers"], p["seconds"]
+    ctx = multiprocessing.get_context("fork")
+    warmed, start, counts = ctx.Barrier(producers + 1), ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_produce, args=(system, seconds, warmed, start, counts), daemon=True)
+        for _ in range(producers)
+    ]
+    for proc in procs:
+        proc.start()
+    warmed.wait(timeout=120)
+    system.reset()  # the warm-up's jobs
+    start.set()
+    figures = [counts.get(timeout=seconds + 120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=30)
+    if failed := [f for f in figures if isinstance(f, str)]:
+        raise RuntimeError(f"a producer failed: {failed[0]}")
+    done, elapsed = sum(f[0] for f in figures), max(f[1] for f in figures)
+    _check_count(system, done)
+    return {**_rate(done, elapsed), "producers": producers}
+
+
+def _produce(system: System, seconds: float, warmed: Any, start: Any, counts: Any) -> None:
+    try:
+        system.open()
+        for _ in range(20):
+            system.enqueue()  # type: ignore[attr-defined]
+    except BaseException as exc:
+        warmed.abort()
+        counts.put(f"{type(exc).__name__}: {exc}")
+        return
+    warmed.wait(timeout=120)
+    start.wait(timeout=120)
+    done, t0 = 0, time.perf_counter()
+    try:
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(20):
+                system.enqueue()  # type: ignore[attr-defined]
+            done += 20
+    except BaseException as exc:
+        counts.put(f"{type(exc).__name__}: {exc}")
+        return
+    counts.put((done, time.perf_counter() - t0))
 
 
 def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
@@ -180,6 +230,7 @@ OPS = {
     "install": install,
     "enqueue_single": enqueue_single,
     "enqueue_bulk": enqueue_bulk,
+    "enqueue_parallel": enqueue_parallel,
     "drain": drain,
     "latency": latency,
     "ceiling": ceiling,

@@ -118,6 +118,8 @@ class Sizes:
     rl_threads: int = 8  # RL: threads calling acquire()
     rl_seconds: float = 3.0  # RL: how long each measurement calls
     deadline: float = 8.0  # seconds a throughput measurement may take at most
+    producers: int = 8  # W7: enqueueing processes
+    producer_seconds: float = 4.0  # W7: how long each enqueues
 
 
 FULL = Sizes()
@@ -132,6 +134,7 @@ QUICK = Sizes(
     sleep_jobs=64,
     deadline=5.0,
     rl_seconds=0.5,
+    producer_seconds=0.5,
 )
 
 

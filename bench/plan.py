@@ -1,4 +1,4 @@
-"""The workloads (W1-W6) and which systems each one measures."""
+"""The workloads (W1-W7) and which systems each one measures."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def _queues(cls: type[System]) -> bool:
 # django-jobq through Django's Tasks API: measured where it is held against native jobq (W1 single,
 # W2 c4, W3), not in the workloads that measure the queue itself.
 DJANGO_TASKS_COLUMN = "jobq_tasks"
+# W7 (many producers) is about NOTIFY's cost: django-jobq, plain INSERTs, and two peers that notify on
+# every insert.
+W7_SYSTEMS = ("jobq", "psycopg", "pgqueuer", "procrastinate")
 
 
 def workloads(s: Sizes) -> list[Workload]:
@@ -68,6 +71,18 @@ def workloads(s: Sizes) -> list[Workload]:
             applies=lambda cls: cls.name == "psycopg",
         ),
     ]
+    out.append(
+        Workload(
+            key=f"W7 p{s.producers}",
+            group="W7",
+            title=f"enqueue from {s.producers} processes at once, single calls (one transaction each) for "
+            f"{s.producer_seconds:g} s, no worker running, jobs/s",
+            op="enqueue_parallel",
+            params={"producers": s.producers, "seconds": s.producer_seconds},
+            applies=lambda cls: cls.name in W7_SYSTEMS,
+            skip_reason="measured for django-jobq, the ceiling and the peers that notify per insert",
+        )
+    )
     flow = {"jobs": s.enqueue_jobs, "deadline": s.deadline, "pending": s.backlog_jobs}
     out += [
         Workload(
@@ -199,4 +214,4 @@ def workloads(s: Sizes) -> list[Workload]:
     return out
 
 
-GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6", "FC", "RL")
+GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "FC", "RL")

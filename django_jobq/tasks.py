@@ -73,12 +73,8 @@ class Task(Generic[P, R]):
             raise PayloadMismatch(
                 f"payload must be a JSON object, not {type(payload).__name__}: {payload!r:.200}"
             )
-        signature = _signature(self.func)
-        if signature is not None:
-            try:
-                signature.bind(*((context,) if self.takes_context else ()), **payload)
-            except TypeError as exc:
-                raise PayloadMismatch(f"payload does not fit {self.name}{signature}: {exc}") from None
+        if (problem := _binding_problem(self.func, self.takes_context, tuple(payload))) is not None:
+            raise PayloadMismatch(f"payload does not fit {self.name}{_signature(self.func)}: {problem}")
 
     def using(self, **options: Any) -> Task[P, R]:
         """A copy whose next enqueue uses these options (queue, priority, delay, run_at, dedupe_key, ...)."""
@@ -235,6 +231,20 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
         return inspect.signature(func)
     except (TypeError, ValueError):  # some callables have none: let the call decide
         return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _binding_problem(func: Callable[..., Any], takes_context: bool, names: tuple[str, ...]) -> str | None:
+    """Why keyword arguments ``names`` (after the context) do not bind to ``func``, or None when they
+    do. Binding depends on the names alone, so a task's usual payload shape is checked once."""
+    signature = _signature(func)
+    if signature is None:
+        return None
+    try:
+        signature.bind(*((None,) if takes_context else ()), **dict.fromkeys(names))
+    except TypeError as exc:
+        return str(exc)
+    return None
 
 
 def _answer(job: Any) -> Any:

@@ -35,12 +35,16 @@ def _reject(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+# One encoder for every dump (json.dumps would build a new one per call for these options).
+_ENCODER = json.JSONEncoder(allow_nan=False, default=_reject, separators=(",", ":"), ensure_ascii=False)
+
+
 def dump_json(value: Any, *, what: str = "payload") -> str:
     """Strict JSON text for ``value`` that PostgreSQL's jsonb accepts: no NaN/Infinity, no custom
     objects, string keys only, no NUL, no lone surrogate, at most MAX_JSON_DEPTH levels deep."""
     _check_structure(value, what, 0)
     try:
-        text = json.dumps(value, allow_nan=False, default=_reject, separators=(",", ":"), ensure_ascii=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{what} must be JSON: {exc}") from None
     if "\\u0000" in text and _JSON_NUL.search(text):

@@ -106,6 +106,20 @@ def worker_thread():
         assert not thread.is_alive(), "worker did not stop"
 
 
+@pytest.fixture
+def a_worker_waits():
+    """Hold the idle lock as a worker whose lane waits for work does, so enqueues NOTIFY."""
+    from django_jobq.idle_lock import IdleLock
+
+    held = IdleLock(lambda: None)
+    held.report("default", starved=True)
+    held.start()
+    assert held.held.wait(10), "the idle lock was not taken"
+    yield held
+    held.stop()
+    held.join(timeout=10)
+
+
 def explain(sql: str, params: dict | None = None) -> dict:
     """The JSON plan of ``sql`` (EXPLAIN, not run) with ``params`` bound; "now" defaults to NULL."""
     with connection.cursor() as cursor:

@@ -13,6 +13,7 @@ from ..conf import jobq_settings
 from ..engine_checks import task_features
 from ..exceptions import InvalidJob, QueueFull
 from ..registry import find_task, get_task
+from ..sql.engines import NewRow
 from .base import BaseJobManager, retrying_conflicts
 
 
@@ -252,7 +253,8 @@ class ProducerManager(BaseJobManager):
                 f"enqueue_many's on_duplicate must be 'skip' or 'replace', not {on_duplicate!r:.100}"
             )
         options: dict[tuple[Any, ...], tuple[str, str, int, int]] = {}  # most jobs share their options
-        rows, keys = [], set()
+        rows: list[NewRow] = []
+        keys: set[str] = set()
         for index, job in enumerate(jobs):
             try:
                 if not isinstance(job, NewJob):
@@ -260,13 +262,14 @@ class ProducerManager(BaseJobManager):
                 options_key = (job.task, job.queue, job.priority, job.max_attempts)
                 if options_key not in options:
                     options[options_key] = self._options(*options_key)
-                row = (
-                    *options[options_key],
-                    self._payload(job.task, job.payload),
-                    None if job.run_at is None else validation.aware(job.run_at, "run_at"),
-                    key := validation.dedupe_key(job.dedupe_key),
-                    *self._windows(job.task, key, job.dedupe_done, job.dedupe_dead),
-                    validation.concurrency_key(job.concurrency_key),
+                task, queue, priority, max_attempts = options[options_key]
+                payload = self._payload(task, job.payload)
+                run_at = None if job.run_at is None else validation.aware(job.run_at, "run_at")
+                key = validation.dedupe_key(job.dedupe_key)
+                done, dead = self._windows(task, key, job.dedupe_done, job.dedupe_dead)
+                concurrency_key = validation.concurrency_key(job.concurrency_key)
+                row = NewRow(
+                    task, queue, priority, max_attempts, payload, run_at, key, done, dead, concurrency_key
                 )
             except InvalidJob as exc:
                 raise type(exc)(f"job {index}: {exc}") from None
@@ -277,11 +280,16 @@ class ProducerManager(BaseJobManager):
             rows.append(row)
         if not rows:
             return []
-        self._check_room(Counter(row[1] for row in rows))
+        self._check_room(Counter(row.queue for row in rows))
         names = (
             "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
             "dedupe_dones", "dedupe_deads", "concurrency_keys",
         )  # fmt: skip
+        if not keys:
+            bulk = self._common({"notify": conf.notify, "channel": conf.notify_channel})
+            if (ids := self._engine().insert_unkeyed(self.connection, rows, bulk)) is not None:
+                self._wake(sorted({row.queue for row in rows}))
+                return ids
         params: dict[str, Any] = dict(
             zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
         )

@@ -22,6 +22,21 @@ class Result(NamedTuple):
     rowcount: int
 
 
+class NewRow(NamedTuple):
+    """One job of an enqueue_many batch, checked, in the order ENQUEUE_MANY's arrays take them."""
+
+    task: str
+    queue: str
+    priority: int
+    max_attempts: int
+    payload: str  # JSON text
+    run_at: dt.datetime | None  # None: now
+    dedupe_key: str | None
+    dedupe_done: float | None
+    dedupe_dead: float | None
+    concurrency_key: str | None
+
+
 def _last(results: list[Result]) -> Result:
     return results[-1]
 
@@ -57,6 +72,13 @@ class Engine:
 
     def run(self, wrapper: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]) -> Result:
         raise NotImplementedError
+
+    def insert_unkeyed(
+        self, wrapper: BaseDatabaseWrapper, rows: list[NewRow], params: dict[str, Any]
+    ) -> list[int] | None:
+        """A faster path for a batch without dedupe keys: the new ids in the batch's order, or None when
+        the engine has none for this batch (the caller runs ENQUEUE_MANY)."""
+        return None
 
     def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
         """Bound every later statement on this thread's queue connection (worker and reaper only)."""

@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from psycopg.types.json import Jsonb
 
 from ..conf import jobq_settings
-from .engines import Engine, Result, Statement
+from .engines import Engine, NewRow, Result, Statement
+from .postgres_bulk import BULK_COPY, BULK_MIN_ROWS, BULK_RESERVE, BULK_TYPES
+from .postgres_terms import PENDING
 
 
 class QueueCursor(psycopg.Cursor[Any]):
@@ -61,3 +65,30 @@ class PostgresEngine(Engine):
         params = {"statement_ms": f"{int(statement_s * 1000)}ms", "lock_ms": f"{int(lock_s * 1000)}ms"}
         with wrapper.wrap_database_errors, wrapper.connection.cursor() as cursor:
             cursor.execute(self.statements.SET_TIMEOUTS, params)
+
+    def insert_unkeyed(
+        self, wrapper: BaseDatabaseWrapper, rows: list[NewRow], params: dict[str, Any]
+    ) -> list[int] | None:
+        """COPY for a large batch without dedupe keys (postgres_bulk); None below BULK_MIN_ROWS. The
+        ids are reserved first, so they come back in the batch's order; everything is one transaction
+        (a savepoint inside the caller's): all of the batch or none of it, notified on commit."""
+        if len(rows) < BULK_MIN_ROWS:
+            return None
+        queues = sorted({row.queue for row in rows})
+        with transaction.atomic(using=wrapper.alias), self.cursor(wrapper) as cursor:
+            cursor.execute(BULK_RESERVE, {**params, "count": len(rows), "queues": queues})
+            now, ids, _ = cursor.fetchone()
+            with wrapper.wrap_database_errors, cursor.cursor.copy(BULK_COPY) as copy:
+                copy.set_types(BULK_TYPES)
+                no_errors = Jsonb("[]", dumps=_as_is)
+                for job_id, row in zip(ids, rows, strict=True):
+                    copy.write_row((
+                        job_id, row.task, row.queue, Jsonb(row.payload, dumps=_as_is), PENDING, row.priority,
+                        row.run_at or now, 0, row.max_attempts, row.concurrency_key, no_errors, now,
+                    ))  # fmt: skip
+        return list(ids)
+
+
+def _as_is(text: str) -> str:
+    """Jsonb's dumps for a value that is JSON text already (checked by validation.dump_json)."""
+    return text

@@ -22,7 +22,7 @@ unique index nothing.
 """
 
 from .postgres_depth import room
-from .postgres_terms import DEAD, DONE, NOW, PENDING
+from .postgres_terms import DEAD, DONE, NOW, PENDING, wake
 
 # The dedupe index's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
 HELD = "dedupe_key IS NOT NULL AND NOT key_released"
@@ -59,15 +59,16 @@ _SKIP = "DO NOTHING"
 _REPLACE = f"""DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority, run_at = EXCLUDED.run_at
     WHERE jobq_job.status = {PENDING} AND jobq_job.task = EXCLUDED.task"""
 
-# enqueue: insert one job without a dedupe key. pg_notify is queued in the caller's transaction and
-# delivered on commit only, so a rolled-back enqueue wakes nobody. The payload is only the queue name
-# (identical notifications in one transaction are folded into one).
+# enqueue: insert one job without a dedupe key. pg_notify, sent only while a worker may be waiting
+# (postgres_terms.wake), is queued in the caller's transaction and delivered on commit only, so a
+# rolled-back enqueue wakes nobody. The payload is only the queue name (identical notifications in one
+# transaction are folded into one).
 ENQUEUE = f"""
 WITH job AS (
     INSERT INTO jobq_job ({_COLUMNS}) VALUES ({_ONE})
     RETURNING id, queue
 )
-SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, queue) END FROM job
+SELECT id, {wake("queue")} FROM job
 """
 
 
@@ -98,7 +99,7 @@ def _enqueue(*, keyed: bool, on_conflict: str = _SKIP, gated: bool = False) -> s
     ctes.append(
         f"job AS (\n    INSERT INTO jobq_job ({_COLUMNS}) {source}\n    {conflict}\n    RETURNING id, queue\n)"
     )
-    notify = "CASE WHEN %(notify)s THEN pg_notify(%(channel)s, job.queue) END"
+    notify = wake("job.queue")
     if gated:
         select = f"SELECT room.ok, job.id, {notify} FROM room LEFT JOIN job ON true"
     else:
@@ -136,7 +137,7 @@ WITH {room_cte}{freed}, job AS (
     ON CONFLICT (dedupe_key) WHERE {HELD} DO NOTHING
     RETURNING id, queue
 ), woken AS (
-    SELECT pg_notify(%(channel)s, queue) FROM job WHERE %(notify)s
+    SELECT {wake("queue")} FROM job
 )
 SELECT id, true FROM job, (SELECT count(*) FROM woken) AS w
 UNION ALL
@@ -165,8 +166,8 @@ _MANY = f"""
            u.max_attempts, 0, 0, 0, u.dedupe_key, make_interval(secs => u.dedupe_done),
            make_interval(secs => u.dedupe_dead), u.concurrency_key, '[]'::jsonb, {NOW}
     FROM {_BATCH}"""
-_WOKEN = """woken AS (
-    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM job) AS q WHERE %(notify)s
+_WOKEN = f"""woken AS (
+    SELECT {wake("queue")} FROM (SELECT DISTINCT queue FROM job) AS q
 )
 SELECT id FROM job, (SELECT count(*) FROM woken) AS w"""
 ENQUEUE_MANY = f"""

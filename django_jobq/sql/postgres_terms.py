@@ -8,3 +8,20 @@ PENDING, RUNNING, DONE, DEAD = 0, 1, 2, 3
 # clock all the same): for a statement whose arithmetic must run on a clock at least as late as what
 # competitors wrote while it waited for their row lock (the rate limits).
 CLOCK = "COALESCE(%(now)s::timestamptz, clock_timestamp())"
+
+# The idle lock (django_jobq/idle_lock.py): a worker holds it exclusively, on its own session, while
+# one of its lanes found less work than it had room for and may be asleep waiting for a notification.
+# Keyed by the notification channel, so installations on other channels never share it.
+IDLE_LOCK = "hashtextextended('jobq.idle:' || %(channel)s, 0)"
+
+
+def wake(queue: str) -> str:
+    """The enqueue's notification, sent only when a worker may be waiting. Taking the idle lock
+    shared fails while a worker holds it or waits for it: then notify (delivered on commit). When it
+    succeeds, nobody waits, no NOTIFY (whose commit PostgreSQL serialises) is needed, and the shared
+    lock is held until this transaction ends: a worker going idle waits for that end before it claims
+    again, so it sees this job without a notification. No wake-up is lost either way."""
+    return (
+        "CASE WHEN %(notify)s THEN CASE WHEN NOT pg_try_advisory_xact_lock_shared("
+        f"{IDLE_LOCK}) THEN pg_notify(%(channel)s, {queue}) END END"
+    )

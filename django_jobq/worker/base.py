@@ -16,6 +16,7 @@ from ..models import Job
 from .lanes import Lane, Running
 
 if TYPE_CHECKING:
+    from ..idle_lock import IdleLock
     from ..listener import Listener
     from ..reaper import Reaper
 
@@ -49,6 +50,7 @@ class WorkerBase:
     processed: int  # jobs whose outcome was written
     exit_code: int  # what the process should exit with (EXIT_STUCK when a lane wedged)
     listener: Listener | None
+    idle_lock: IdleLock | None
     _claimed: int
     _running: dict[tuple[int, int], Running]
     _lock: threading.Lock

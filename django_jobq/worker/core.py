@@ -23,6 +23,7 @@ from .. import validation, wakeup
 from ..conf import jobq_settings
 from ..engine_checks import engine_problems
 from ..exceptions import ConfigurationError, InvalidJob
+from ..idle_lock import IdleLock
 from ..listener import STATE_CHANGED, Listener
 from ..models import Job
 from ..sql import engine_for
@@ -92,6 +93,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.listener = None
+        self.idle_lock = None
         self._side_writer = SideWriter()
         self.paused = frozenset()  # the paused queues, as last read (pausing.PauseMixin)
         self._paused_lock = threading.Lock()
@@ -151,6 +153,8 @@ class Worker(HeartbeatMixin, SlotMixin):
         if self.listen:
             self.listener = Listener(self._on_notify, self.finished)
             self.listener.start()
+            self.idle_lock = IdleLock(self._wake_all)
+            self.idle_lock.start()
         elif self.wake_in_process:
             wakeup.register(self._on_notify)
         if self.reaper is not None:
@@ -193,12 +197,14 @@ class Worker(HeartbeatMixin, SlotMixin):
         wakeup.unregister(self._on_notify)
         self._beat(stopped=True)
         self.finished.set()
+        if self.idle_lock is not None:
+            self.idle_lock.stop()
         for lane in self.lanes.values():
             for _ in range(lane.slots):
                 lane.work.put(None)
         # Idle threads end at once; a slot still inside a job function is left behind (daemon thread).
         end = time.monotonic() + 2
-        for thread in [*self._threads, *([self.listener] if self.listener else [])]:
+        for thread in [*self._threads, *(t for t in (self.listener, self.idle_lock) if t is not None)]:
             thread.join(timeout=max(0.0, end - time.monotonic()))
         self._side_writer.close()
         logger.info("worker %s stopped after %d job(s)", self.worker_id, self.processed)

@@ -79,8 +79,11 @@ class DispatchMixin(PauseMixin):
                 jobs, done = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
                 with self._lock:
                     self._claimed -= free - len(jobs)
+                starved = free > 0 and len(jobs) < free
                 with lane.cond:  # a paused lane waits for a wake-up or the poll, as one that found nothing
-                    lane.idle = lane.paused or (free > 0 and len(jobs) < free)
+                    lane.idle = lane.paused or starved
+                if self.idle_lock is not None:  # producers notify while a lane may wait for work
+                    self.idle_lock.report(lane.queue, starved)
                 self._hand_out(lane, jobs)
                 for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
                     report()

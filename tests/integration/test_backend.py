@@ -75,7 +75,7 @@ def test_djangos_own_decorator_passes_jobq_options_on():
     assert find_task("tests.testapp.dtasks.forwarded").timeout == 9
 
 
-def test_enqueue_joins_the_callers_transaction_and_notifies_on_commit():
+def test_enqueue_joins_the_callers_transaction_and_notifies_on_commit(a_worker_waits):
     with psycopg.connect(**connection_params("default"), autocommit=True) as listen:
         listen.execute("LISTEN jobq")
         with pytest.raises(RuntimeError), transaction.atomic():

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 
 from django_jobq import autocommit
+from django_jobq.idle_lock import IdleLock
 from django_jobq.listener import Listener
 from django_jobq.models import Job
 from tests.conftest import wait_until
@@ -29,7 +30,8 @@ def jobq(settings, **options):
 
 
 def listen_once(timeout: float = 10.0) -> tuple[list, threading.Event]:
-    """Start a Listener; enqueue on queue "mail" once it is connected; the payloads it saw."""
+    """Start a Listener; enqueue on queue "mail" once it is connected; the payloads it saw. The idle
+    lock is held throughout, as a worker with a lane waiting for work holds it (enqueues notify)."""
     payloads: list = []
     got = threading.Event()
     stopping = threading.Event()
@@ -39,15 +41,22 @@ def listen_once(timeout: float = 10.0) -> tuple[list, threading.Event]:
         if payload == "mail":
             got.set()
 
+    idle = IdleLock(lambda: None)
+    idle.report("mail", starved=True)
+    idle.start()
     listener = Listener(wake, stopping)
-    listener.start()
     try:
+        assert idle.held.wait(timeout), "the idle lock was not taken"
+        listener.start()
         assert listener.connected.wait(timeout), "the listener did not connect"
         Job.objects.enqueue("test.noop", queue="mail")
         got.wait(timeout)
     finally:
         stopping.set()
-        listener.join(timeout)
+        idle.stop()
+        if listener.is_alive():
+            listener.join(timeout)
+        idle.join(timeout)
     return payloads, got
 
 

@@ -1,0 +1,156 @@
+"""The idle lock: enqueues NOTIFY only while a worker may be waiting for work, and no wake-up is lost
+when an enqueue's transaction spans the moment a worker goes idle. Real workers, real PostgreSQL
+locks and notifications; the workers poll once an hour, so only a wake-up can start a job in time."""
+
+import threading
+
+import psycopg
+import pytest
+from django.db import connections, transaction
+
+from django_jobq import idle_lock
+from django_jobq.idle_lock import IdleLock
+from django_jobq.listener import connection_params
+from django_jobq.managers import NewJob
+from django_jobq.models import Job, JobStatus
+from django_jobq.sql.postgres_bulk import BULK_MIN_ROWS
+from tests.conftest import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+HOUR = 3600.0
+
+
+def notifications(listen: psycopg.Connection, timeout: float = 0.5) -> list[str]:
+    return [n.payload for n in listen.notifies(timeout=timeout)]
+
+
+def waiting_for_the_lock() -> int:
+    """Sessions queued for the idle lock, not granted yet."""
+    with psycopg.connect(**connection_params("default"), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()
+    return int(row[0])
+
+
+@pytest.fixture
+def listen():
+    with psycopg.connect(**connection_params("default"), autocommit=True) as conn:
+        conn.execute("LISTEN jobq")
+        yield conn
+
+
+@pytest.fixture
+def lock():
+    started: list[IdleLock] = []
+
+    def start() -> IdleLock:
+        held = IdleLock(lambda: None)
+        held.start()
+        started.append(held)
+        return held
+
+    yield start
+    for held in started:
+        held.stop()
+        held.join(timeout=10)
+        assert not held.is_alive()
+
+
+def test_enqueues_notify_only_while_a_lane_may_be_waiting(listen, lock, monkeypatch):
+    monkeypatch.setattr(idle_lock, "RELEASE_AFTER", 0.1)
+    Job.objects.enqueue("test.noop")
+    assert notifications(listen) == []  # no worker waits: the commit carried no NOTIFY
+
+    held = lock()
+    held.report("default", starved=True)
+    wait_until(held.held.is_set, message="idle lock taken")
+    assert notifications(listen) == ["*"]  # taken: every worker claims again
+    Job.objects.enqueue("test.noop")
+    assert notifications(listen) == ["default"]
+
+    held.report("default", starved=False)  # the lane filled up
+    wait_until(lambda: not held.held.is_set(), message="idle lock let go")
+    Job.objects.enqueue("test.noop")
+    Job.objects.enqueue_many([NewJob("test.noop") for _ in range(3)])  # one statement
+    Job.objects.enqueue_many([NewJob("test.noop") for _ in range(BULK_MIN_ROWS)])  # COPY
+    assert notifications(listen) == []
+    held.report("default", starved=True)
+    wait_until(held.held.is_set, message="idle lock taken again")
+    assert notifications(listen) == ["*"]
+    Job.objects.enqueue_many([NewJob("test.noop") for _ in range(BULK_MIN_ROWS)])
+    assert notifications(listen) == ["default"]
+
+
+def test_an_enqueue_open_while_a_worker_goes_idle_runs_when_it_commits(worker_thread):
+    """The race the lock closes: an enqueue that found no worker waiting (no NOTIFY) and is still
+    uncommitted when the worker's last claim looks (and finds nothing). The worker's request for the
+    lock waits for that transaction; when it commits, the worker claims again and runs its job."""
+    inserted, commit, open_job = threading.Event(), threading.Event(), []
+
+    def producer() -> None:
+        try:
+            with transaction.atomic():
+                open_job.append(Job.objects.enqueue("test.noop"))
+                inserted.set()
+                commit.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    assert inserted.wait(10)
+    worker = worker_thread({"default": 1}, poll_interval=HOUR)
+    wait_until(lambda: waiting_for_the_lock() == 1, message="the worker waits for the idle lock")
+    assert not worker.idle_lock.held.is_set()
+
+    # Meanwhile an enqueue sees the worker queued for the lock: it notifies, and runs at once.
+    later = Job.objects.enqueue("test.noop")
+    wait_until(lambda: Job.objects.get(id=later).status == JobStatus.DONE, timeout=10, message="notified job")
+
+    commit.set()
+    thread.join(10)
+    wait_until(
+        lambda: Job.objects.get(id=open_job[0]).status == JobStatus.DONE, timeout=10, message="the open job"
+    )
+    assert worker.idle_lock.held.is_set()
+
+
+def test_a_full_lane_lets_the_lock_go_and_claims_without_notifications(worker_thread, listen, settings):
+    """While every slot is busy, enqueues commit without NOTIFY; the lane takes the job when a slot
+    frees, since it claims whenever it has room."""
+    settings.JOBQ = {**settings.JOBQ, "CLAIM_AHEAD": 0}
+    busy = Job.objects.enqueue("test.sleep", {"seconds": 1.5})
+    worker = worker_thread({"default": 1}, poll_interval=HOUR)
+    wait_until(lambda: Job.objects.get(id=busy).status == JobStatus.RUNNING, message="the slow job runs")
+    wait_until(lambda: not worker.idle_lock.held.is_set(), timeout=5, message="lock let go")
+    notifications(listen, timeout=0.1)  # what came before
+    queued = Job.objects.enqueue("test.noop")
+    assert notifications(listen, timeout=0.3) == []
+    wait_until(lambda: Job.objects.get(id=queued).status == JobStatus.DONE, timeout=10, message="queued job")
+
+
+def test_the_lock_is_taken_again_after_its_connection_is_killed(lock):
+    held = lock()
+    held.report("default", starved=True)
+    wait_until(held.held.is_set, message="idle lock taken")
+    first = _lock_holders()
+    assert len(first) == 1
+    with psycopg.connect(**connection_params("default"), autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", first)
+    wait_until(
+        lambda: held.held.is_set() and len(now := _lock_holders()) == 1 and now != first,
+        timeout=20,
+        message="taken again on a new connection",
+    )
+
+
+def _lock_holders() -> list[int]:
+    """The backends holding the idle lock."""
+    with psycopg.connect(**connection_params("default"), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'jobq-idle-lock'"
+        ).fetchall()
+    return [row[0] for row in rows]
