@@ -68,7 +68,8 @@ class BaseJobManager(models.Manager["Job"]):
 
     def _run(self, sql: Any, params: dict[str, Any]) -> Result:
         """Run one named statement of this connection's engine."""
-        return self._engine().run(self.connection, sql, self._common(params))
+        connection = self.connection
+        return engine_of(connection).run(connection, sql, self._common(params))
 
     def _execute(self, sql: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         return self._run(sql, params).rows
@@ -84,7 +85,8 @@ class BaseJobManager(models.Manager["Job"]):
     def _wake(self, payloads: Sequence[str]) -> None:
         """Wake this process's workers on commit where the engine has no NOTIFY (JOBQ["NOTIFY"])."""
         if jobq_settings().notify:
-            self._engine().wake_local(self.connection.alias, payloads)
+            connection = self.connection
+            engine_of(connection).wake_local(connection.alias, payloads)
 
     def _build(self, names: list[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
         """Model instances from rows whose columns are ``names`` (any order, any subset; the others

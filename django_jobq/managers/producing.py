@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from .. import validation
@@ -252,31 +252,26 @@ class ProducerManager(BaseJobManager):
             raise InvalidJob(
                 f"enqueue_many's on_duplicate must be 'skip' or 'replace', not {on_duplicate!r:.100}"
             )
-        options: dict[tuple[Any, ...], tuple[str, str, int, int]] = {}  # most jobs share their options
+        jobs = list(jobs)
+        engine = self._engine()
+        if (
+            engine.bulk_min_rows is not None
+            and len(jobs) >= engine.bulk_min_rows
+            and not conf.depth_limits()
+            and all(getattr(job, "dedupe_key", None) is None for job in jobs)
+        ):  # checked while they are sent (a bad one aborts the COPY): no list of rows to build first
+            queues: set[str] = set()
+            params = self._common({"notify": conf.notify, "channel": conf.notify_channel})
+            ids = engine.copy_unkeyed(self.connection, len(jobs), self._rows(jobs, queues), queues, params)
+            self._wake(sorted(queues))
+            return ids
         rows: list[NewRow] = []
         keys: set[str] = set()
-        for index, job in enumerate(jobs):
-            try:
-                if not isinstance(job, NewJob):
-                    raise InvalidJob(f"expected a NewJob, not {type(job).__name__}")
-                options_key = (job.task, job.queue, job.priority, job.max_attempts)
-                if options_key not in options:
-                    options[options_key] = self._options(*options_key)
-                task, queue, priority, max_attempts = options[options_key]
-                payload = self._payload(task, job.payload)
-                run_at = None if job.run_at is None else validation.aware(job.run_at, "run_at")
-                key = validation.dedupe_key(job.dedupe_key)
-                done, dead = self._windows(task, key, job.dedupe_done, job.dedupe_dead)
-                concurrency_key = validation.concurrency_key(job.concurrency_key)
-                row = NewRow(
-                    task, queue, priority, max_attempts, payload, run_at, key, done, dead, concurrency_key
-                )
-            except InvalidJob as exc:
-                raise type(exc)(f"job {index}: {exc}") from None
-            if key is not None:
-                if key in keys:
+        for row in self._rows(jobs, set()):
+            if row.dedupe_key is not None:
+                if row.dedupe_key in keys:
                     continue  # the first job with this key wins
-                keys.add(key)
+                keys.add(row.dedupe_key)
             rows.append(row)
         if not rows:
             return []
@@ -285,14 +280,7 @@ class ProducerManager(BaseJobManager):
             "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
             "dedupe_dones", "dedupe_deads", "concurrency_keys",
         )  # fmt: skip
-        if not keys:
-            bulk = self._common({"notify": conf.notify, "channel": conf.notify_channel})
-            if (ids := self._engine().insert_unkeyed(self.connection, rows, bulk)) is not None:
-                self._wake(sorted({row.queue for row in rows}))
-                return ids
-        params: dict[str, Any] = dict(
-            zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
-        )
+        params = dict(zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True))
         params.update(notify=conf.notify, channel=conf.notify_channel, keys=sorted(keys))
         sql = self._sql()
         if not keys:
@@ -308,3 +296,33 @@ class ProducerManager(BaseJobManager):
         if ids:
             self._wake(sorted(set(params["queues"])))
         return ids
+
+    def _rows(self, jobs: list[NewJob], queues: set[str]) -> Iterator[NewRow]:
+        """Each job checked, with the registered task's defaults, as it will be written; its queue
+        added to ``queues``. InvalidJob names the job's index."""
+        options: dict[tuple[Any, ...], tuple[str, str, int, int]] = {}  # most jobs share their options
+        for index, job in enumerate(jobs):
+            try:
+                if not isinstance(job, NewJob):
+                    raise InvalidJob(f"expected a NewJob, not {type(job).__name__}")
+                options_key = (job.task, job.queue, job.priority, job.max_attempts)
+                if (checked := options.get(options_key)) is None:
+                    checked = options[options_key] = self._options(*options_key)
+                    queues.add(checked[1])
+                task, queue, priority, max_attempts = checked
+                payload = self._payload(task, job.payload)
+                run_at = None if job.run_at is None else validation.aware(job.run_at, "run_at")
+                key = None if job.dedupe_key is None else validation.dedupe_key(job.dedupe_key)
+                done, dead = (
+                    (None, None)
+                    if key is None
+                    else self._windows(task, key, job.dedupe_done, job.dedupe_dead)
+                )
+                concurrency_key = (
+                    None if job.concurrency_key is None else validation.concurrency_key(job.concurrency_key)
+                )
+            except InvalidJob as exc:
+                raise type(exc)(f"job {index}: {exc}") from None
+            yield NewRow(
+                task, queue, priority, max_attempts, payload, run_at, key, done, dead, concurrency_key
+            )

@@ -73,12 +73,22 @@ class Engine:
     def run(self, wrapper: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]) -> Result:
         raise NotImplementedError
 
-    def insert_unkeyed(
-        self, wrapper: BaseDatabaseWrapper, rows: list[NewRow], params: dict[str, Any]
-    ) -> list[int] | None:
-        """A faster path for a batch without dedupe keys: the new ids in the batch's order, or None when
-        the engine has none for this batch (the caller runs ENQUEUE_MANY)."""
-        return None
+    # The fewest jobs of a batch without dedupe keys worth copy_unkeyed; None: the engine has no such
+    # path (the caller runs ENQUEUE_MANY).
+    bulk_min_rows: int | None = None
+
+    def copy_unkeyed(
+        self,
+        wrapper: BaseDatabaseWrapper,
+        count: int,
+        rows: Iterator[NewRow],
+        queues: set[str],
+        params: dict[str, Any],
+    ) -> list[int]:
+        """Write ``count`` jobs without dedupe keys as ``rows`` yields them (checking each: one that
+        raises writes nothing at all); their ids in order. ``queues`` holds their queues once ``rows``
+        is exhausted."""
+        raise NotImplementedError
 
     def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
         """Bound every later statement on this thread's queue connection (worker and reaper only)."""

@@ -1,5 +1,5 @@
 """PostgreSQL: enqueue_many's bulk path, for a batch without dedupe keys large enough for COPY to pay
-(postgres_engine.PostgresEngine.insert_unkeyed). Not part of the engine interface: an engine without
+(postgres_engine.PostgresEngine.copy_unkeyed). Not part of the engine interface: an engine without
 it inserts the batch with ENQUEUE_MANY."""
 
 from .postgres_terms import NOW, wake
@@ -7,19 +7,22 @@ from .postgres_terms import NOW, wake
 # The fewest jobs sent with COPY: below it, ENQUEUE_MANY's single round trip is as fast.
 BULK_MIN_ROWS = 100
 
-# Reserve the batch's ids from the table's own sequence, read the clock the rows are stamped with (the
-# transaction's, or the bound %(now)s) and queue one notification per distinct queue, as ENQUEUE_MANY
-# would (only while a worker may be waiting: postgres_terms.wake). Runs in the same transaction as
-# BULK_COPY, so the notification is delivered, and the idle lock held shared is let go, only once the
-# rows are committed; ids a rolled-back batch reserved are skipped, as a rolled-back INSERT's are.
+# Reserve the batch's ids from the table's own sequence (found once, not per row) and read the clock
+# the rows are stamped with (the transaction's, or the bound %(now)s). Ids a rolled-back batch
+# reserved are skipped, as a rolled-back INSERT's are.
 BULK_RESERVE = f"""
+SELECT {NOW},
+       ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('jobq_job', 'id')::regclass))
+             FROM generate_series(1, %(count)s))
+"""
+
+# After the COPY, in the same transaction: one notification per distinct queue, as ENQUEUE_MANY sends
+# (only while a worker may be waiting: postgres_terms.wake), delivered when the rows commit.
+BULK_WAKE = f"""
 WITH woken AS (
     SELECT {wake("q")} FROM unnest(%(queues)s::text[]) AS q
 )
-SELECT {NOW},
-       ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('jobq_job', 'id')::regclass))
-             FROM generate_series(1, %(count)s)),
-       (SELECT count(*) FROM woken)
+SELECT count(*) FROM woken
 """
 
 # The rows themselves, in COPY's binary format (each value in its type's own encoding: nothing is

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -12,7 +13,7 @@ from psycopg.types.json import Jsonb
 
 from ..conf import jobq_settings
 from .engines import Engine, NewRow, Result, Statement
-from .postgres_bulk import BULK_COPY, BULK_MIN_ROWS, BULK_RESERVE, BULK_TYPES
+from .postgres_bulk import BULK_COPY, BULK_MIN_ROWS, BULK_RESERVE, BULK_TYPES, BULK_WAKE
 from .postgres_terms import PENDING
 
 
@@ -40,6 +41,9 @@ class QueueCursor(psycopg.Cursor[Any]):
             conn.prepare_threshold = saved
 
 
+_NAMES: dict[str, list[str]] = {}  # each statement's result columns, read once
+
+
 class PostgresEngine(Engine):
     def cursor(self, wrapper: BaseDatabaseWrapper) -> CursorWrapper:
         """A QueueCursor wrapped like Django's own: errors become django.db errors, queries are logged
@@ -54,11 +58,15 @@ class PostgresEngine(Engine):
     def run(self, wrapper: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]) -> Result:
         assert isinstance(statement, str)
         with self.cursor(wrapper) as cursor:
-            cursor.execute(statement, params)
-            if not cursor.description:
-                return Result([], [], int(cursor.rowcount))
-            names = [column.name for column in cursor.description]
-            return Result(names, cursor.fetchall(), int(cursor.rowcount))
+            cursor.execute(statement, params)  # through Django's wrapper: logging, execute wrappers
+            raw: QueueCursor = cursor.cursor  # the result is read from psycopg's cursor directly
+            with wrapper.wrap_database_errors:
+                result = raw.pgresult
+                if result is None or not result.nfields:
+                    return Result([], [], int(raw.rowcount))
+                if (names := _NAMES.get(statement)) is None:  # a statement's columns never change
+                    names = _NAMES[statement] = [column.name for column in raw.description or ()]
+                return Result(names, raw.fetchall(), int(raw.rowcount))
 
     def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
         wrapper.ensure_connection()
@@ -66,18 +74,23 @@ class PostgresEngine(Engine):
         with wrapper.wrap_database_errors, wrapper.connection.cursor() as cursor:
             cursor.execute(self.statements.SET_TIMEOUTS, params)
 
-    def insert_unkeyed(
-        self, wrapper: BaseDatabaseWrapper, rows: list[NewRow], params: dict[str, Any]
-    ) -> list[int] | None:
-        """COPY for a large batch without dedupe keys (postgres_bulk); None below BULK_MIN_ROWS. The
-        ids are reserved first, so they come back in the batch's order; everything is one transaction
-        (a savepoint inside the caller's): all of the batch or none of it, notified on commit."""
-        if len(rows) < BULK_MIN_ROWS:
-            return None
-        queues = sorted({row.queue for row in rows})
+    bulk_min_rows = BULK_MIN_ROWS
+
+    def copy_unkeyed(
+        self,
+        wrapper: BaseDatabaseWrapper,
+        count: int,
+        rows: Iterator[NewRow],
+        queues: set[str],
+        params: dict[str, Any],
+    ) -> list[int]:
+        """COPY (postgres_bulk). The ids are reserved first, so they come back in the batch's order;
+        each row is sent as it is checked, so PostgreSQL inserts while the next ones are checked.
+        Everything is one transaction (a savepoint inside the caller's): a row that fails its check
+        aborts the COPY, and nothing is written; the notification goes with the commit."""
         with transaction.atomic(using=wrapper.alias), self.cursor(wrapper) as cursor:
-            cursor.execute(BULK_RESERVE, {**params, "count": len(rows), "queues": queues})
-            now, ids, _ = cursor.fetchone()
+            cursor.execute(BULK_RESERVE, {**params, "count": count})
+            now, ids = cursor.fetchone()
             with wrapper.wrap_database_errors, cursor.cursor.copy(BULK_COPY) as copy:
                 copy.set_types(BULK_TYPES)
                 no_errors = Jsonb("[]", dumps=_as_is)
@@ -86,6 +99,7 @@ class PostgresEngine(Engine):
                         job_id, row.task, row.queue, Jsonb(row.payload, dumps=_as_is), PENDING, row.priority,
                         row.run_at or now, 0, row.max_attempts, row.concurrency_key, no_errors, now,
                     ))  # fmt: skip
+            cursor.execute(BULK_WAKE, {**params, "queues": sorted(queues)})
         return list(ids)
 
 

@@ -7,7 +7,7 @@ import pytest
 import time_machine
 from django.db import connection, transaction
 
-from django_jobq.exceptions import InvalidPayload
+from django_jobq.exceptions import InvalidJob, InvalidPayload
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
 from django_jobq.sql.postgres_bulk import BULK_MIN_ROWS
@@ -61,6 +61,19 @@ def test_a_bad_job_anywhere_writes_nothing():
     with pytest.raises(InvalidPayload, match=rf"job {BULK_MIN_ROWS * 2 - 1}: .*NUL"):
         Job.objects.enqueue_many(jobs)
     assert not Job.objects.exists()
+
+
+def test_a_job_that_is_no_new_job_writes_nothing():
+    jobs: list = batch(BULK_MIN_ROWS)
+    jobs.insert(BULK_MIN_ROWS // 2, {"task": "test.echo"})
+    with pytest.raises(InvalidJob, match=rf"job {BULK_MIN_ROWS // 2}: expected a NewJob, not dict"):
+        Job.objects.enqueue_many(iter(jobs))
+    assert not Job.objects.exists()
+
+
+def test_a_generator_of_jobs_is_taken_whole():
+    ids = Job.objects.enqueue_many(NewJob("test.echo", {"n": i}) for i in range(BULK_MIN_ROWS))
+    assert [Job.objects.get(id=i).payload["n"] for i in ids[:3]] == [0, 1, 2] and len(ids) == BULK_MIN_ROWS
 
 
 def test_it_joins_the_callers_transaction():

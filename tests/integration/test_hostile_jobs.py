@@ -8,7 +8,7 @@ from django.db import connection
 
 from django_jobq import signals
 from django_jobq.managers import NewJob
-from django_jobq.models import Job, JobStatus
+from django_jobq.models import Job, JobStatus, WorkerRecord
 from django_jobq.worker import Worker
 from django_jobq.worker import runner as runner_module
 from tests.conftest import start_worker, wait_until
@@ -107,6 +107,8 @@ def test_two_worker_processes_drain_good_and_hostile_jobs_and_stay_alive():
     hostile["receiver"] = Job.objects.enqueue("test.echo", {"explode_receiver": True})
     workers = [start_worker("--concurrency", "4") for _ in range(2)]
     try:
+        # both running (their stop handlers installed) before the jobs can all be gone
+        wait_until(lambda: WorkerRecord.objects.filter(stopped_at=None).count() == 2, message="two workers")
         wait_until(
             lambda: not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists(),
             timeout=120, interval=0.2, message="every job finished",
