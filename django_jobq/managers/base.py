@@ -45,6 +45,10 @@ def retrying_conflicts(alias: str, run: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
+_RowPlan = tuple[list[tuple[int, Callable[..., Any], Col]], list[int | None], list[str]]
+_ROW_PLANS: dict[tuple[str, str, tuple[str, ...]], _RowPlan] = {}  # BaseJobManager._row_plan's
+
+
 class BaseJobManager(models.Manager["Job"]):
     @property
     def connection(self) -> BaseDatabaseWrapper:
@@ -91,16 +95,11 @@ class BaseJobManager(models.Manager["Job"]):
     def _build(self, names: list[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
         """Model instances from rows whose columns are ``names`` (any order, any subset; the others
         are deferred)."""
+        rows = list(rows)
+        if not rows:
+            return []
         connection = self.connection
-        fields = [self.model._meta.get_field(name) for name in names]
-        converters = []  # the backend's (text times on SQLite) and the field's (JSON), as the ORM's
-        for i, f in enumerate(fields):
-            column = Col(self.model._meta.db_table, f)  # type: ignore[arg-type]
-            for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
-                converters.append((i, convert, column))
-        position = {f.attname: i for i, f in enumerate(fields)}  # type: ignore[union-attr]
-        order = [position.get(f.attname) for f in self.model._meta.concrete_fields]
-        attnames = [f.attname for f in self.model._meta.concrete_fields]
+        converters, order, attnames = self._row_plan(connection, tuple(names))
         jobs = []
         for row in rows:
             values = list(row)
@@ -109,6 +108,26 @@ class BaseJobManager(models.Manager["Job"]):
             ordered = [DEFERRED if i is None else values[i] for i in order]
             jobs.append(self.model.from_db(connection.alias, attnames, ordered))
         return jobs
+
+    def _row_plan(self, connection: BaseDatabaseWrapper, names: tuple[str, ...]) -> _RowPlan:
+        """How rows with columns ``names`` become instances: the converters (the backend's, e.g. text
+        times on SQLite, and the field's, e.g. JSON, as the ORM applies them), where each concrete
+        field's value is, and the fields' attribute names. The same for every row of a statement, so
+        worked out once per connection vendor and column list."""
+        key = (connection.vendor, connection.alias, names)
+        if (plan := _ROW_PLANS.get(key)) is not None:
+            return plan
+        fields = [self.model._meta.get_field(name) for name in names]
+        converters = []
+        for i, f in enumerate(fields):
+            column = Col(self.model._meta.db_table, f)  # type: ignore[arg-type]
+            for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
+                converters.append((i, convert, column))
+        position = {f.attname: i for i, f in enumerate(fields)}  # type: ignore[union-attr]
+        order = [position.get(f.attname) for f in self.model._meta.concrete_fields]
+        attnames = [f.attname for f in self.model._meta.concrete_fields]
+        plan = _ROW_PLANS[key] = (converters, order, attnames)
+        return plan
 
     @staticmethod
     def _lease(lease_seconds: float | None) -> float:
