@@ -20,6 +20,9 @@ logger = logging.getLogger("django_jobq")
 # The payload of a pause or resume: no queue can carry it (validation.queue refuses "*"), so it never
 # wakes a lane as an enqueue would; the worker re-reads the paused queues and wakes every lane.
 STATE_CHANGED = "*"
+# The payload of a worker that just took the idle lock (idle_lock.py): every lane claims again. Empty,
+# so no queue name (never empty) can carry it.
+CLAIM_AGAIN = ""
 CONNECT_TIMEOUT = 10  # seconds, unless the alias or the DSN sets connect_timeout
 HEALTH_CHECK_SECONDS = 5.0  # a silent connection is probed this often, so a dead one is noticed
 

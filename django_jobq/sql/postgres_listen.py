@@ -10,8 +10,8 @@ from .postgres_terms import IDLE_LOCK
 IDLE_LOCK_TAKE = f"SELECT pg_advisory_lock({IDLE_LOCK})"
 # Sent once the lock is held: every worker's lanes claim again, which finds the jobs of the enqueues
 # the lock waited for (they committed without a notification). The payload is the listener's
-# STATE_CHANGED, which no queue name can be.
-IDLE_LOCK_TAKEN = "SELECT pg_notify(%(channel)s, '*')"
+# CLAIM_AGAIN (empty), which no queue name can be.
+IDLE_LOCK_TAKEN = "SELECT pg_notify(%(channel)s, '')"
 IDLE_LOCK_RELEASE = f"SELECT pg_advisory_unlock({IDLE_LOCK})"
 # The lock's connection waits for the lock as long as it takes: no server-wide statement or lock
 # timeout may cut the wait short (a direct connection of its own: a transaction pooler would hand

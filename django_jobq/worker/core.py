@@ -24,7 +24,7 @@ from ..conf import jobq_settings
 from ..engine_checks import engine_problems
 from ..exceptions import ConfigurationError, InvalidJob
 from ..idle_lock import IdleLock
-from ..listener import STATE_CHANGED, Listener
+from ..listener import CLAIM_AGAIN, STATE_CHANGED, Listener
 from ..models import Job
 from ..sql import engine_for
 from .heartbeat import HeartbeatMixin
@@ -216,6 +216,8 @@ class Worker(HeartbeatMixin, SlotMixin):
     def _on_notify(self, queue_name: str | None) -> None:
         if queue_name is None or queue_name == STATE_CHANGED:  # a pause or resume, or a reconnect
             self._state_changed()
+        elif queue_name == CLAIM_AGAIN:  # a worker took the idle lock
+            self._wake_all()
         elif lane := self.lanes.get(queue_name) or self.lanes.get(ALL_QUEUES):
             with lane.cond:
                 lane.woken = True

@@ -66,7 +66,7 @@ def test_enqueues_notify_only_while_a_lane_may_be_waiting(listen, lock, monkeypa
     held = lock()
     held.report("default", starved=True)
     wait_until(held.held.is_set, message="idle lock taken")
-    assert notifications(listen) == ["*"]  # taken: every worker claims again
+    assert notifications(listen) == [""]  # taken: every worker claims again
     Job.objects.enqueue("test.noop")
     assert notifications(listen) == ["default"]
 
@@ -78,7 +78,7 @@ def test_enqueues_notify_only_while_a_lane_may_be_waiting(listen, lock, monkeypa
     assert notifications(listen) == []
     held.report("default", starved=True)
     wait_until(held.held.is_set, message="idle lock taken again")
-    assert notifications(listen) == ["*"]
+    assert notifications(listen) == [""]
     Job.objects.enqueue_many([NewJob("test.noop") for _ in range(BULK_MIN_ROWS)])
     assert notifications(listen) == ["default"]
 
@@ -115,6 +115,38 @@ def test_an_enqueue_open_while_a_worker_goes_idle_runs_when_it_commits(worker_th
         lambda: Job.objects.get(id=open_job[0]).status == JobStatus.DONE, timeout=10, message="the open job"
     )
     assert worker.idle_lock.held.is_set()
+
+
+def test_the_worker_that_takes_the_lock_tells_the_others_to_claim_again(worker_thread, lock):
+    """Another worker (here a bare IdleLock, with no lane for the queue) asks for the lock first, so
+    it gets it when the open enqueue commits, while this worker stays queued behind it: only the
+    taker's notification ("claim again") can tell this worker about the job."""
+    inserted, commit, open_job = threading.Event(), threading.Event(), []
+
+    def producer() -> None:
+        try:
+            with transaction.atomic():
+                open_job.append(Job.objects.enqueue("test.noop"))
+                inserted.set()
+                commit.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    assert inserted.wait(10)
+    other = lock()
+    other.report("elsewhere", starved=True)
+    wait_until(lambda: waiting_for_the_lock() == 1, message="the other worker waits for the lock")
+    worker = worker_thread({"default": 1}, poll_interval=HOUR)
+    wait_until(lambda: waiting_for_the_lock() == 2, message="this worker waits behind it")
+    commit.set()
+    thread.join(10)
+    wait_until(other.held.is_set, message="the other worker took the lock")
+    wait_until(
+        lambda: Job.objects.get(id=open_job[0]).status == JobStatus.DONE, timeout=10, message="the open job"
+    )
+    assert not worker.idle_lock.held.is_set()  # still queued: woken by the notification alone
 
 
 def test_a_full_lane_lets_the_lock_go_and_claims_without_notifications(worker_thread, listen, settings):

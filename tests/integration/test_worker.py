@@ -148,7 +148,7 @@ def test_lane_isolation(worker_thread):
 @pytest.mark.p0
 def test_rolled_back_enqueue_notifies_nobody_and_runs_nothing(worker_thread):
     worker = worker_thread({"default": 1}, poll_interval=0.2)
-    # Idle, the worker holds the idle lock (so enqueues notify), and has said so once ("*")
+    # Idle, the worker holds the idle lock (so enqueues notify), and has said so once ("")
     wait_until(lambda: worker.idle_lock is not None and worker.idle_lock.held.is_set(), message="idle lock")
     with psycopg.connect(**connection_params("default"), autocommit=True) as listen:
         listen.execute("LISTEN jobq")
