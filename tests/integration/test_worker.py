@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from django.db import transaction
 
-from django_jobq import signals
+from django_jobq import backoff, signals
 from django_jobq.listener import connection_params
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, WorkerRecord
@@ -63,7 +63,9 @@ def test_transient_error_retried_in_slot_keeps_the_job(settings):
 
 
 @pytest.mark.p0
-def test_long_backoff_reenqueues_and_frees_the_slot():
+def test_long_backoff_reenqueues_and_frees_the_slot(monkeypatch):
+    # Full jitter draws the delay from [0, 1000 s]: take the ceiling, so it is never a short retry
+    monkeypatch.setattr(backoff.random, "uniform", lambda low, high: high)
     jid = Job.objects.enqueue("test.always_fails", max_attempts=3)
     Job.objects.enqueue("test.noop")
     run_burst({"default": 1})
