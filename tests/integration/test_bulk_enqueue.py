@@ -7,7 +7,7 @@ import pytest
 import time_machine
 from django.db import connection, transaction
 
-from django_jobq.exceptions import InvalidJob, InvalidPayload
+from django_jobq.exceptions import InvalidJob, InvalidPayload, JobqError
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
 from django_jobq.sql.postgres_bulk import BULK_MIN_ROWS
@@ -59,6 +59,30 @@ def test_a_bad_job_anywhere_writes_nothing():
     jobs = batch(BULK_MIN_ROWS * 2)
     jobs[-1] = NewJob("test.echo", {"n": "\x00"})
     with pytest.raises(InvalidPayload, match=rf"job {BULK_MIN_ROWS * 2 - 1}: .*NUL"):
+        Job.objects.enqueue_many(jobs)
+    assert not Job.objects.exists()
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "payload, error",
+    [
+        ({"text": "lone \ud800 surrogate"}, "surrogate"),
+        (_nested(200), "nested"),
+        ({"big": "x" * 2_000_000}, "limit"),
+    ],
+    ids=["surrogate", "deep", "huge"],
+)
+def test_a_hostile_payload_anywhere_writes_nothing(payload, error):
+    jobs = batch(BULK_MIN_ROWS)
+    jobs[BULK_MIN_ROWS // 2] = NewJob("test.echo", payload)
+    with pytest.raises(JobqError, match=error):
         Job.objects.enqueue_many(jobs)
     assert not Job.objects.exists()
 

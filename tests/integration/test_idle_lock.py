@@ -34,6 +34,26 @@ def waiting_for_the_lock() -> int:
     return int(row[0])
 
 
+def open_enqueue() -> tuple[threading.Thread, threading.Event, list[int]]:
+    """A thread that enqueues one job in a transaction and keeps it open until ``commit`` is set;
+    returns once the job is inserted (its id in the list)."""
+    inserted, commit, open_job = threading.Event(), threading.Event(), []
+
+    def producer() -> None:
+        try:
+            with transaction.atomic():
+                open_job.append(Job.objects.enqueue("test.noop"))
+                inserted.set()
+                commit.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    assert inserted.wait(10)
+    return thread, commit, open_job
+
+
 @pytest.fixture
 def listen():
     with psycopg.connect(**connection_params("default"), autocommit=True) as conn:
@@ -87,20 +107,7 @@ def test_an_enqueue_open_while_a_worker_goes_idle_runs_when_it_commits(worker_th
     """The race the lock closes: an enqueue that found no worker waiting (no NOTIFY) and is still
     uncommitted when the worker's last claim looks (and finds nothing). The worker's request for the
     lock waits for that transaction; when it commits, the worker claims again and runs its job."""
-    inserted, commit, open_job = threading.Event(), threading.Event(), []
-
-    def producer() -> None:
-        try:
-            with transaction.atomic():
-                open_job.append(Job.objects.enqueue("test.noop"))
-                inserted.set()
-                commit.wait(30)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=producer)
-    thread.start()
-    assert inserted.wait(10)
+    thread, commit, open_job = open_enqueue()
     worker = worker_thread({"default": 1}, poll_interval=HOUR)
     wait_until(lambda: waiting_for_the_lock() == 1, message="the worker waits for the idle lock")
     assert not worker.idle_lock.held.is_set()
@@ -121,20 +128,7 @@ def test_the_worker_that_takes_the_lock_tells_the_others_to_claim_again(worker_t
     """Another worker (here a bare IdleLock, with no lane for the queue) asks for the lock first, so
     it gets it when the open enqueue commits, while this worker stays queued behind it: only the
     taker's notification ("claim again") can tell this worker about the job."""
-    inserted, commit, open_job = threading.Event(), threading.Event(), []
-
-    def producer() -> None:
-        try:
-            with transaction.atomic():
-                open_job.append(Job.objects.enqueue("test.noop"))
-                inserted.set()
-                commit.wait(30)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=producer)
-    thread.start()
-    assert inserted.wait(10)
+    thread, commit, open_job = open_enqueue()
     other = lock()
     other.report("elsewhere", starved=True)
     wait_until(lambda: waiting_for_the_lock() == 1, message="the other worker waits for the lock")
