@@ -4,6 +4,7 @@ from .backoff import RetryPolicy, compute_backoff
 from .exceptions import (
     ArgumentsNotJSON,
     ConfigurationError,
+    DedupeKeyConflict,
     InvalidJob,
     InvalidPayload,
     JobFailed,
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentsNotJSON",
     "ConfigurationError",
+    "DedupeKeyConflict",
     "InvalidJob",
     "InvalidPayload",
     "JobFailed",

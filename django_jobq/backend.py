@@ -25,6 +25,7 @@ from .backoff import RetryPolicy
 from .exceptions import (
     ArgumentsNotJSON,
     ConfigurationError,
+    DedupeKeyConflict,
     InvalidPayload,
     JobqError,
     PayloadMismatch,
@@ -167,12 +168,13 @@ class JobqBackend(BaseTaskBackend):
             raise InvalidJobqTask(f"{task.module_path}: {exc}") from None
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
-        """One jobq row in the caller's transaction (NOTIFY on its commit); the result's id is the job's."""
+        """One jobq row in the caller's transaction (NOTIFY on its commit); the result's id is the job's.
+        A duplicate answers the result of the job holding the key; DedupeKeyConflict when that job is
+        another task's."""
         from .models import Job
 
+        self.validate_task(task)  # as Django's backends do: TASKS may have changed since it was made
         name = task.module_path
-        if find_task(name) is None:  # e.g. the registry was reset since the task was defined
-            backend_runner.register(task, self)
         arguments, keywords = list(args), dict(kwargs)
         _check_arguments(task, arguments, keywords)
         payload = {"args": arguments, "kwargs": keywords}
@@ -203,7 +205,7 @@ class JobqBackend(BaseTaskBackend):
         except InvalidPayload as exc:
             raise ArgumentsNotJSON(f"{name}: {exc}") from None
         if job_id is None:  # replace/debounce left a RUNNING or finished holder alone: its result
-            job_id, created = _key_holder(key), False
+            job_id, created = _key_holder(key, name), False
         if not created:  # a duplicate: the result of the job holding the key
             result = get_result(self.alias, str(job_id))
         else:
@@ -231,15 +233,21 @@ def _check_arguments(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None
         raise PayloadMismatch(f"arguments do not fit {task.module_path}{signature}: {exc}") from None
 
 
-def _key_holder(key: str | None) -> int | None:
-    """The id of the job holding dedupe key ``key``, if any."""
+def _key_holder(key: str | None, task: str) -> int | None:
+    """The id of the job holding dedupe key ``key``, if any; DedupeKeyConflict when it is not a job of
+    ``task`` (replace leaves another task's holder alone, and its result is not this call's)."""
     from .conf import jobq_settings
     from .models import Job
 
     if key is None:
         return None
     holders = Job.objects.using(jobq_settings().database).filter(dedupe_key=key, key_released=False)
-    return holders.values_list("id", flat=True).first()
+    holder = holders.values_list("id", "task").first()
+    if holder is None:
+        return None
+    if holder[1] != task:
+        raise DedupeKeyConflict(key, task, holder[0], holder[1])
+    return int(holder[0])
 
 
 def call_options(task: Any) -> None:

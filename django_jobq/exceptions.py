@@ -64,6 +64,17 @@ class QueueFull(JobqError):
     """The queue holds JOBQ["QUEUES"][queue]["MAX_DEPTH"] PENDING jobs already; nothing was written."""
 
 
+class DedupeKeyConflict(JobqError):
+    """The dedupe key is held by another task's job, which never answers this call; nothing was written."""
+
+    def __init__(self, key: str, task: str, holder_id: int, holder_task: str) -> None:
+        self.key, self.task, self.holder_id, self.holder_task = key, task, holder_id, holder_task
+        super().__init__(
+            f"dedupe key {key!r:.100} is held by job {holder_id} of task {holder_task!r:.200}, not "
+            f"{task!r:.200}: nothing was written (give each task its own keys, e.g. prefixed by its name)"
+        )
+
+
 class ArgumentsNotJSON(InvalidPayload, TypeError):
     """A django.tasks task's arguments do not serialise to JSON (a TypeError, as Django's backends raise)."""
 

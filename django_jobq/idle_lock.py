@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import selectors
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -29,36 +31,60 @@ RELEASE_AFTER = 0.5
 class IdleLock(threading.Thread):
     """Takes the idle lock when a lane reports itself starved, lets it go RELEASE_AFTER seconds after
     the last starved lane filled up. On taking it, calls ``wake_all`` and notifies every worker, since
-    enqueues committed while it was being taken sent no notification."""
+    enqueues committed while it was being taken sent no notification. A session the server ends
+    (pg_terminate_backend, a restart) is noticed at once: the lock is taken again on a new one."""
 
     def __init__(self, wake_all: Callable[[], None]):
         super().__init__(name="jobq-idle-lock", daemon=True)
         self.wake_all = wake_all
         self.stopping = threading.Event()
         self.held = threading.Event()
-        self._cond = threading.Condition()
+        self._mutex = threading.Lock()  # guards _starved and _bell
         self._starved: set[str] = set()
+        # The thread's wait ends when its session's socket turns readable or a byte is written to the
+        # bell (by report() and stop()); made by the thread, closed when it ends.
+        self._bell: tuple[socket.socket, socket.socket] | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._params = {"channel": jobq_settings().notify_channel}
 
     def report(self, lane: str, starved: bool) -> None:
         """A lane's last claim found less than it asked for (starved), or filled its room."""
-        with self._cond:
+        with self._mutex:
             if starved != (lane in self._starved):
                 (self._starved.add if starved else self._starved.discard)(lane)
-                self._cond.notify_all()
+                self._ring()
 
     def stop(self) -> None:
         """Interrupt a wait for the lock; the connection's end releases it."""
         self.stopping.set()
-        with self._cond:
-            self._cond.notify_all()
+        with self._mutex:
+            self._ring()
         conn = self._conn
         if conn is not None:
             with contextlib.suppress(psycopg.Error, OSError):
                 conn.cancel_safe(timeout=2)
 
+    def _ring(self) -> None:
+        """End the thread's wait. Holds _mutex."""
+        if self._bell is not None:
+            with contextlib.suppress(OSError):  # full: a wake-up is pending already
+                self._bell[1].send(b"\0")
+
     def run(self) -> None:
+        bell = socket.socketpair()
+        for end in bell:
+            end.setblocking(False)
+        with self._mutex:  # made before the first read of _starved: a report after that read rings it
+            self._bell = bell
+        try:
+            self._run(bell[0])
+        finally:
+            with self._mutex:
+                self._bell = None
+            for end in bell:
+                end.close()
+
+    def _run(self, bell: socket.socket) -> None:
         delay = 0.1
         while not self.stopping.is_set():
             try:
@@ -66,7 +92,7 @@ class IdleLock(threading.Thread):
                     conn.execute(IDLE_LOCK_SESSION)
                     self._conn = conn
                     delay = 0.1
-                    self._serve(conn)
+                    self._serve(conn, bell)
             except psycopg.Error as exc:
                 self.held.clear()
                 if self.stopping.is_set():
@@ -78,33 +104,47 @@ class IdleLock(threading.Thread):
                 self._conn = None
                 self.held.clear()
 
-    def _serve(self, conn: psycopg.Connection[Any]) -> None:
+    def _serve(self, conn: psycopg.Connection[Any], bell: socket.socket) -> None:
         calm_since: float | None = None  # when the last starved lane filled up, while the lock is held
         last_check = time.monotonic()
-        while not self.stopping.is_set():
-            with self._cond:
-                wanted = bool(self._starved)
-            if wanted and not self.held.is_set():
-                conn.execute(IDLE_LOCK_TAKE, self._params)
-                conn.execute(IDLE_LOCK_TAKEN, self._params)
-                self.held.set()
-                self.wake_all()
-                calm_since = None
-                continue
-            timeout = HEALTH_CHECK_SECONDS
-            if self.held.is_set() and not wanted:
-                calm_since = calm_since or time.monotonic()
-                timeout = calm_since + RELEASE_AFTER - time.monotonic()
-                if timeout <= 0:
-                    conn.execute(IDLE_LOCK_RELEASE, self._params)
-                    self.held.clear()
+        with selectors.DefaultSelector() as waiting:
+            waiting.register(bell, selectors.EVENT_READ)
+            waiting.register(conn.fileno(), selectors.EVENT_READ)
+            while not self.stopping.is_set():
+                with self._mutex:
+                    wanted = bool(self._starved)
+                if wanted and not self.held.is_set():
+                    conn.execute(IDLE_LOCK_TAKE, self._params)
+                    conn.execute(IDLE_LOCK_TAKEN, self._params)
+                    self.held.set()
+                    self.wake_all()
                     calm_since = None
                     continue
-            else:
-                calm_since = None
-            with self._cond:
-                if bool(self._starved) == wanted and not self.stopping.is_set():
-                    self._cond.wait(timeout)
-            if time.monotonic() - last_check >= HEALTH_CHECK_SECONDS:
-                conn.execute("SELECT 1")  # raises if the server went away: the lock went with it
-                last_check = time.monotonic()
+                timeout = last_check + HEALTH_CHECK_SECONDS - time.monotonic()
+                if self.held.is_set() and not wanted:
+                    calm_since = calm_since or time.monotonic()
+                    release_in = calm_since + RELEASE_AFTER - time.monotonic()
+                    if release_in <= 0:
+                        conn.execute(IDLE_LOCK_RELEASE, self._params)
+                        self.held.clear()
+                        calm_since = None
+                        continue
+                    timeout = min(timeout, release_in)
+                else:
+                    calm_since = None
+                # Wait for a report (the bell), the release time, the health check, or the session's
+                # socket turning readable: this connection never LISTENs and sends nothing unasked, so
+                # readable means the server is ending the session (the lock goes with it), and the
+                # probe below raises at once instead of at the next health check.
+                events = waiting.select(max(0.0, timeout))
+                ended = False
+                for key, _ in events:
+                    if key.fileobj is bell:
+                        with contextlib.suppress(BlockingIOError):
+                            while bell.recv(4096):
+                                pass
+                    else:
+                        ended = True
+                if ended or time.monotonic() - last_check >= HEALTH_CHECK_SECONDS:
+                    conn.execute("SELECT 1")  # raises if the server went away: the lock went with it
+                    last_check = time.monotonic()

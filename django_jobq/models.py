@@ -217,9 +217,12 @@ class RateBucket(models.Model):
     tokens = models.FloatField(help_text="tokens left at updated_at")
     updated_at = models.DateTimeField(help_text="when tokens was computed (the database clock)")
     idle_at = models.DateTimeField(help_text="when the bucket is full again (prunable)")
+    rest_at = models.DateTimeField(help_text="idle_at rounded up to a whole step: pruned from then on")
 
     class Meta:
         db_table = "jobq_rate_bucket"
+        # prune: the rows whose step has ended (rest_at changes once a step at most: acquires stay HOT)
+        indexes = [models.Index(fields=["rest_at"], name="jobq_rate_bucket_rest")]
 
     def __str__(self) -> str:
         return f"token bucket {self.key}"
@@ -232,9 +235,11 @@ class RateWindow(models.Model):
     key = models.TextField(primary_key=True)
     stamps = models.JSONField(default=list, help_text="epoch microseconds of the live permits")
     idle_at = models.DateTimeField(help_text="when the newest permit leaves the window (prunable)")
+    rest_at = models.DateTimeField(help_text="idle_at rounded up to a whole step: pruned from then on")
 
     class Meta:
         db_table = "jobq_rate_window"
+        indexes = [models.Index(fields=["rest_at"], name="jobq_rate_window_rest")]  # as RateBucket's
 
     def __str__(self) -> str:
         return f"sliding window {self.key}"

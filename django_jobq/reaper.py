@@ -2,7 +2,13 @@
 delivery marks. One acts at a time across all replicas: the holder of the "reaper" row in jobq_lease,
 renewed on every pass; the others stand by and take over once the holder releases it (a clean stop)
 or lets it expire (a crash, a hung pass, a lost host). Two reapers acting at once for a moment is
-harmless: every statement is guarded."""
+harmless: every statement is guarded.
+
+A pass prunes in bounded batches, so it never runs unbounded; a pass that stopped at a bound with rows
+still to go (a backlog) is followed by the next one at once, not after the interval. So what the
+reaper prunes per second is bounded by what the database deletes, never by the interval: rows that
+expire faster than one pass's bound (jobq_inbound marks above 4 x PRUNE_BATCH per interval, say) are
+deleted as they come instead of piling up without end."""
 
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from django.db import connections
 
 from . import ratelimit
 from .conf import jobq_settings
-from .dedupe import prune_expired_marks
+from .dedupe import MAX_MARK_BATCHES, prune_expired_marks
 from .models import Job, JobStatus
 
 logger = logging.getLogger("django_jobq")
@@ -37,6 +43,7 @@ class PassResult:
     pruned_dead: int
     pruned_marks: int = 0  # expired inbound delivery marks (django_jobq.dedupe)
     pruned_rates: int = 0  # rate-limit rows of keys at rest (django_jobq.ratelimit)
+    backlog: bool = False  # a prune stopped at its per-pass bound: the next pass comes at once
 
 
 class Reaper:
@@ -78,17 +85,19 @@ class Reaper:
         if reaped:
             logger.warning("reaper: returned %d job(s) with expired leases: %s", len(reaped), reaped[:50])
         Job.objects.refresh_depths()
+        batch = conf.prune_batch
         pruned = {
-            status: self._prune(status, retention, conf.prune_batch)
+            status: self._prune(status, retention, batch)
             for status, retention in (
                 (JobStatus.DONE, conf.done_retention_seconds),
                 (JobStatus.DEAD, conf.dead_retention_seconds),
             )
         }
         Job.objects.prune_workers(WORKER_RECORD_RETENTION)
-        marks = prune_expired_marks(conf.prune_batch)
-        rates = ratelimit.prune(batch=conf.prune_batch)
-        return PassResult(reaped, pruned[JobStatus.DONE], pruned[JobStatus.DEAD], marks, rates)
+        marks = prune_expired_marks(batch)
+        rates = ratelimit.prune(batch=batch)
+        backlog = max(pruned.values()) >= MAX_PRUNE_BATCHES * batch or marks >= MAX_MARK_BATCHES * batch
+        return PassResult(reaped, pruned[JobStatus.DONE], pruned[JobStatus.DEAD], marks, rates, backlog)
 
     @staticmethod
     def _prune(status: JobStatus, retention: float, batch: int) -> int:
@@ -100,16 +109,32 @@ class Reaper:
                 break
         return total
 
+    def run_until_clear(self) -> PassResult:
+        """Passes one after another while a backlog remains and this process holds the lease (the
+        first pass needs it held already); their results summed. For ``jobq_reap --once``."""
+        total = self.run_once()
+        while total.backlog and self.acquire():
+            more = self.run_once()
+            total = PassResult(
+                total.reaped + more.reaped, total.pruned_done + more.pruned_done,
+                total.pruned_dead + more.pruned_dead, total.pruned_marks + more.pruned_marks,
+                total.pruned_rates + more.pruned_rates, more.backlog,
+            )  # fmt: skip
+        return total
+
     def run(self, stopping: threading.Event) -> None:
-        """Act whenever this process holds the lease; stand by otherwise. Until ``stopping`` is set."""
+        """Act whenever this process holds the lease; stand by otherwise. Until ``stopping`` is set.
+        After a pass that left a backlog the next one starts at once."""
         try:
             while not stopping.is_set():
+                backlog = False
                 try:
                     if self.acquire():
-                        self.run_once()
+                        backlog = self.run_once().backlog
                 except (DatabaseError, psycopg.Error) as exc:  # psycopg's: the rate-limit pool
                     logger.warning("reaper: database error (%s); retrying", exc)
                     connections[jobq_settings().database].close()
-                stopping.wait(self.interval)
+                if not backlog:
+                    stopping.wait(self.interval)
         finally:
             self.release()

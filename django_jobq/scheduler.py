@@ -73,19 +73,23 @@ class Scheduler:
             logger.info("scheduler: settings schedules written %s, disabled %s", written, disabled)
 
     def run_once(self) -> PassResult:
-        """Publish every due tick (repeating while a full batch was due) and advance the schedules."""
+        """Publish every due tick (repeating while a full batch was due) and advance the schedules.
+        A schedule left due (its enqueue failed) is tried once per pass: the later batches leave it
+        out, so however many keep failing, they never keep the pass from the schedules after them."""
         Job.objects.bound_statements()
         result = PassResult()
+        tried: list[int] = []
         for _ in range(MAX_BATCHES):
             with transaction.atomic(using=jobq_settings().database):
-                due = Job.objects.due_schedules(self.batch)
-                self._publish(due, result)
+                due = Job.objects.due_schedules(self.batch, tried)
+                tried += self._publish(due, result)
             if len(due) < self.batch:
                 break
         return result
 
-    def _publish(self, due: list[DueSchedule], result: PassResult) -> None:
-        conf, names = jobq_settings(), []
+    def _publish(self, due: list[DueSchedule], result: PassResult) -> list[int]:
+        """Publish and advance ``due``; the ids of the schedules left due (their enqueue failed)."""
+        conf, names, failed = jobq_settings(), [], []
         moves: list[tuple[int, dt.datetime, dt.datetime | None]] = []
         for schedule in due:
             zone = ticks.zone_for(schedule.timezone, conf.timezone)
@@ -105,6 +109,7 @@ class Scheduler:
                 # Left due: retried on the next pass, until its ticks are missed under its policy.
                 logger.error("scheduler: schedule %s could not publish: %s", schedule.name, exc)
                 result.failed[schedule.name] = str(exc)
+                failed.append(schedule.id)
                 continue
             moves.append((schedule.id, following, published[-1] if published else None))
             if published:
@@ -112,6 +117,7 @@ class Scheduler:
                 result.published[schedule.name] = published
         Job.objects.advance_schedules(moves)
         Job.objects.prune_ticks(names, TICK_RETENTION_SECONDS)
+        return failed
 
     @staticmethod
     def _enqueue(schedule: DueSchedule, wanted: list[dt.datetime], result: PassResult) -> list[dt.datetime]:

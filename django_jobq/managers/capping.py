@@ -1,5 +1,7 @@
-"""Task concurrency caps (@task(max_running=N, max_running_per_key=M)): a claim that took jobs of a
-capped task keeps only those that fit, in the claim's own transaction, and snoozes the rest."""
+"""Task concurrency caps (@task(max_running=N, max_running_per_key=M)): the worker's claim leaves out
+the jobs of a task (a key) at its cap (sql/postgres_pick.py, _within_caps) and takes no more than its
+room, read from the claim's snapshot; the claim's transaction then settles, under the tasks' locks,
+what concurrent claims made stale."""
 
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ if TYPE_CHECKING:
 
 class CapManager(BaseJobManager):
     def _trim_to_task_caps(self, worker_id: str, jobs: list[Job]) -> list[Job]:
-        """The claimed ``jobs`` that fit their task's caps; the others go back to PENDING, due again
-        after JOBQ["POLL_INTERVAL"], without using up an attempt. Call inside the claim's transaction:
-        the task locks (taken in name order, so claimers never deadlock) make the count that follows
-        see every claim committed before, and this claim's own rows are already RUNNING in it."""
+        """The claimed ``jobs`` that fit their task's caps. The claim kept to the room it saw, so
+        this gives some back only when another claim took the same room at the same moment: those go
+        back to PENDING in their place (run_at kept), without using up an attempt. Call inside the
+        claim's transaction: the task locks (taken in name order, so claimers never deadlock) make
+        the count that follows see every claim committed before, and this claim's own rows are
+        already RUNNING in it; the locks last until the claim commits."""
         tasks = capped_tasks()
         mine = [job for job in jobs if job.task in tasks]
         if not mine:
@@ -47,7 +51,15 @@ class CapManager(BaseJobManager):
                 per_task[job.task] -= 1
                 running[key] = running.get(key, 0) - 1
         if over:
-            self.snooze(worker_id, [(job.id, job.fence, jobq_settings().poll_interval) for job in over])
+            params: dict[str, Any] = {
+                "worker_id": worker_id,
+                "ids": [job.id for job in over],
+                "fences": [job.fence for job in over],
+                # no wake-up: while this claim's jobs run, every claim leaves these out
+                "notify": False,
+                "channel": jobq_settings().notify_channel,
+            }
+            self._execute(sql.RELEASE_UNSTARTED, params)
         dropped = {job.id for job in over}
         return [job for job in jobs if job.id not in dropped]
 

@@ -23,6 +23,10 @@ def result_json(value: Any) -> str:
     return validation.sized(text, jobq_settings().max_result_bytes, "result", "MAX_RESULT_BYTES")
 
 
+# A complete_and_claim statement's parameters that make it claim only.
+_CLAIM_ONLY: dict[str, Any] = {"ids": [], "fences": [], "results": []}
+
+
 class ConsumerManager(CapManager):
     def claim(
         self, worker_id: str, *, queues: Sequence[str] | None = None, lease_seconds: float | None = None
@@ -102,6 +106,7 @@ class ConsumerManager(CapManager):
             "worker_id": worker_id, "ids": ids, "fences": fences, "results": results,
             "limit": validation.integer(limit, "limit", 0, 100_000), "queue": queue,
             "lease": self._lease(lease_seconds), "exclude": list(exclude), "cap": None,
+            **self._task_caps(),
         }  # fmt: skip
         caps = jobq_settings().caps()
         if queue is not None:
@@ -112,35 +117,65 @@ class ConsumerManager(CapManager):
         for name in sorted(set(caps) - set(exclude)):
             if len(jobs) >= limit:
                 break
-            more = {**params, "ids": [], "fences": [], "results": [], "queue": name, "cap": caps[name]}
+            more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps[name]}
             jobs += self._complete_and_claim({**more, "limit": limit - len(jobs)})[1]
         return completed, jobs
 
     def _complete_and_claim(self, params: dict[str, Any]) -> tuple[set[int], list[Job]]:
         """One complete-and-claim statement: for one queue (capped: under the queue's CAP_LOCK, in a
-        transaction of its own), or for every queue but params["exclude"]."""
+        transaction of its own), or for every queue but params["exclude"]. While tasks have caps, the
+        pick leaves out what they hold back, claims again while it cut jobs that stood ahead of others
+        and had room left, and the transaction ends under the claimed tasks' locks (capping.py)."""
         sql = self._sql()
+        task_caps = bool(params["cap_tasks"]) and params["limit"] > 0
         if params["queue"] is None:
-            statement = sql.COMPLETE_AND_CLAIM_REST
+            statement = sql.COMPLETE_AND_CLAIM_REST_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM_REST
+        elif params["cap"] is None:
+            statement = sql.COMPLETE_AND_CLAIM_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM
         else:
-            statement = sql.COMPLETE_AND_CLAIM if params["cap"] is None else sql.COMPLETE_AND_CLAIM_CAPPED
-        trim = bool(capped_tasks()) and params["limit"] > 0
-        if params["cap"] is None and not trim:
-            return self._run_complete_and_claim(statement, params)
+            statement = (
+                sql.COMPLETE_AND_CLAIM_CAPPED_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM_CAPPED
+            )
+        if params["cap"] is None and not task_caps:
+            return self._run_complete_and_claim(statement, params)[:2]
         with transaction.atomic(using=self.connection.alias):
             if params["cap"] is not None:
                 self._execute(sql.CAP_LOCK, {"name": f"queue:{params['queue']}"})
-            completed, jobs = self._run_complete_and_claim(statement, params)
-            if trim:
+            completed, jobs, held_back = self._run_complete_and_claim(statement, params)
+            taken = len(jobs)
+            # A claim that cut jobs took the first of each task (key) it cut and filled its room, so
+            # each round leaves out one more task or key than the last: the rounds end.
+            while held_back and taken and len(jobs) < params["limit"]:
+                more = {**params, **_CLAIM_ONLY, "limit": params["limit"] - len(jobs)}
+                _, found, held_back = self._run_complete_and_claim(statement, more)
+                jobs += found
+                taken = len(found)
+            if task_caps:
                 jobs = self._trim_to_task_caps(params["worker_id"], jobs)
             return completed, jobs
 
-    def _run_complete_and_claim(self, statement: str, params: dict[str, Any]) -> tuple[set[int], list[Job]]:
+    def _run_complete_and_claim(
+        self, statement: str, params: dict[str, Any]
+    ) -> tuple[set[int], list[Job], int]:
+        """The ids completed, the jobs claimed, and the jobs the task caps held back (held_back, of
+        the _TASK_CAPS statements; else 0)."""
         result = self._run(statement, params)
         completed = set(result.rows[0][0])
-        return completed, self._build(
-            result.names[1:], (row[1:] for row in result.rows if row[1] is not None)
-        )
+        skip = 2 if result.names[1] == "held_back" else 1
+        held_back = int(result.rows[0][1]) if skip == 2 else 0
+        jobs = self._build(result.names[skip:], (row[skip:] for row in result.rows if row[skip] is not None))
+        return completed, jobs, held_back
+
+    def _task_caps(self) -> dict[str, list[Any]]:
+        """The registered capped tasks as the _TASK_CAPS statements take them; none on an engine
+        without task caps (no job of a capped task is ever enqueued there)."""
+        tasks = capped_tasks() if self._engine().capabilities.task_caps else {}
+        names = sorted(tasks)
+        return {
+            "cap_tasks": names,
+            "cap_most": [tasks[n].max_running for n in names],
+            "cap_key_most": [tasks[n].max_running_per_key for n in names],
+        }
 
     def fail(
         self,
@@ -207,15 +242,28 @@ class ConsumerManager(CapManager):
 
     def release_unstarted(self, worker_id: str, runs: Sequence[tuple[int, int]]) -> list[int]:
         """Give back runs (job id, fence) that ``worker_id`` claimed ahead and never started: PENDING
-        at once, in their place, no attempt used; the ids given back."""
+        at once, in their place, no attempt used, idle workers woken; the ids given back."""
         if not runs:
             return []
+        conf = jobq_settings()
         params = {
             "worker_id": validation.name(worker_id, "worker_id"),
             "ids": [job_id for job_id, _ in runs],
             "fences": [fence for _, fence in runs],
+            "notify": conf.notify,
+            "channel": conf.notify_channel,
         }
-        return [row[0] for row in self._execute(self._sql().RELEASE_UNSTARTED, params)]
+        rows = self._execute(self._sql().RELEASE_UNSTARTED, params)
+        if rows:
+            self._wake(sorted({row[1] for row in rows}))
+        return [row[0] for row in rows]
+
+    def due_exists(self, queue: str | None, *, exclude: Sequence[str] = ()) -> bool:
+        """Is a PENDING job due in ``queue`` (None: in any queue but ``exclude``)?"""
+        sql = self._sql()
+        if queue is None:
+            return bool(self._execute(sql.DUE_EXISTS_REST, {"exclude": list(exclude)})[0][0])
+        return bool(self._execute(sql.DUE_EXISTS, {"queue": queue})[0][0])
 
     def retry_in_slot(
         self,

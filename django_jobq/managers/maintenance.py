@@ -21,8 +21,20 @@ if TYPE_CHECKING:
 class MaintenanceManager(BaseJobManager):
     def reap(self) -> list[int]:
         """Every RUNNING job whose lease expired goes to PENDING (or DEAD when exhausted); their ids.
-        Rows locked by another transaction at that moment are left for the next pass."""
-        return [row[0] for row in self._execute(self._sql().REAP, {})]
+        Rows locked by another transaction at that moment are left for the next pass. Workers waiting
+        for work on the queues of the jobs back to PENDING are woken, as by an enqueue."""
+        from ..models import JobStatus
+
+        rows = self._execute(self._sql().REAP, self._notify_params({}))
+        self._wake(sorted({row[2] for row in rows if row[3] == JobStatus.PENDING}))
+        return [row[0] for row in rows]
+
+    @staticmethod
+    def _notify_params(params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters of a statement that may wake workers (postgres_terms.wake)."""
+        conf = jobq_settings()
+        params["notify"], params["channel"] = conf.notify, conf.notify_channel
+        return params
 
     def requeue(self, job_id: int, *, run_at: dt.datetime | None = None, priority: int | None = None) -> bool:
         """DEAD -> PENDING with a fresh attempt budget (error history kept); False if not DEAD or
@@ -34,13 +46,16 @@ class MaintenanceManager(BaseJobManager):
     ) -> list[int]:
         """requeue for many jobs in one statement; the ids requeued. Of several jobs sharing a dedupe
         key only one is requeued (the key's holder, else the newest); the others, and jobs whose key
-        another job holds, stay DEAD."""
+        another job holds, stay DEAD. Workers waiting for work on the queues of the jobs due now are
+        woken, as by an enqueue (on commit)."""
         ids = [validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids]
-        params = {
-            "ids": ids,
-            "run_at": None if run_at is None else validation.aware(run_at, "run_at"),
-            "priority": None if priority is None else validation.priority(priority),
-        }
+        params = self._notify_params(
+            {
+                "ids": ids,
+                "run_at": None if run_at is None else validation.aware(run_at, "run_at"),
+                "priority": None if priority is None else validation.priority(priority),
+            }
+        )
         try:
             return self._requeue(params)
         except IntegrityError:  # a concurrent enqueue took a dedupe key: go job by job
@@ -53,7 +68,9 @@ class MaintenanceManager(BaseJobManager):
     def _requeue(self, params: dict[str, Any]) -> list[int]:
         def run() -> list[int]:
             self._execute(self._sql().REQUEUE_FREE_KEYS, params)
-            return [row[0] for row in self._execute(self._sql().REQUEUE, params)]
+            rows = self._execute(self._sql().REQUEUE, params)
+            self._wake(sorted({row[1] for row in rows if row[2]}))
+            return [row[0] for row in rows]
 
         return retrying_conflicts(self.connection.alias, run)
 
@@ -71,14 +88,18 @@ class MaintenanceManager(BaseJobManager):
         return self._rowcount(self._sql().PRUNE, params)
 
     def refresh_depths(self) -> None:
-        """Record the exact PENDING count of every queue with a MAX_DEPTH, with the id sequence read
-        just before it (two statements, in that order, outside any transaction): the baseline the
-        enqueue check bounds the depth from (sql/postgres_depth)."""
+        """Record, for every queue with a MAX_DEPTH whose depth lock is free, the id sequence read
+        under that lock, then the count of its jobs that are or may again be PENDING: the baseline the
+        enqueue check bounds the depth from (sql/postgres_depth). Call it outside any transaction:
+        the lock lasts for the transaction (producers of the queue wait for it). A queue whose lock a
+        producer's open transaction holds keeps its previous baseline."""
         queues = sorted(jobq_settings().depth_limits())
-        if queues:
-            sql = self._sql()
-            seq = self._execute(sql.DEPTH_SEQ, {})[0][0]
-            self._execute(sql.DEPTH_REFRESH, {"queues": queues, "seq": seq})
+        if not queues:
+            return
+        sql = self._sql()
+        locked, seq = self._execute(sql.DEPTH_SEQ, {"queues": queues})[0]
+        if locked:  # a later statement: every job of these queues with an id up to seq is visible
+            self._execute(sql.DEPTH_REFRESH, {"queues": list(locked), "seq": seq})
 
     def prune_workers(self, older_than: float) -> int:
         """Forget workers not seen for ``older_than`` seconds."""

@@ -8,10 +8,13 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+from django.db import transaction
+from django.utils import timezone
+
 from .. import validation
 from ..conf import jobq_settings
 from ..engine_checks import task_features
-from ..exceptions import InvalidJob, QueueFull
+from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
 from ..sql.engines import NewRow
 from .base import BaseJobManager, retrying_conflicts
@@ -33,6 +36,7 @@ class NewJob(NamedTuple):
 
 
 ON_DUPLICATE = ("skip", "replace", "debounce")
+DEBOUNCE_TRIES = 3  # a holder claimed after the statement's snapshot is freed on the next try
 ENQUEUE_OR_GET_TRIES = 10  # a holder committed after the statement's snapshot is seen on the next try
 
 
@@ -149,8 +153,10 @@ class ProducerManager(BaseJobManager):
         queue/priority/max_attempts default to the registered task's, then "default"/100/JOBQ["MAX_ATTEMPTS"];
         dedupe_done/dedupe_dead (seconds or timedelta) to the task's, then JOBQ["DEDUPE_DONE_SECONDS"] /
         ["DEDUPE_DEAD_SECONDS"]. on_duplicate: "skip"; "replace" (a PENDING holder of the same task
-        takes this payload, priority and run_at, and its id is returned); "debounce" (replace, with a
-        required delay: a burst of calls runs once, ``delay`` after the last).
+        takes this payload, priority and run_at, and its id is returned); "debounce" (a required delay:
+        a burst of calls runs once, ``delay`` after the last, with the last payload: a PENDING holder
+        of the same task is replaced and pushed back; a RUNNING or finished one, whatever its window,
+        hands the key to a new job, the successor, whose id is returned).
         """
         params = self._enqueue_params(
             task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
@@ -158,26 +164,38 @@ class ProducerManager(BaseJobManager):
             concurrency_key=concurrency_key,
         )  # fmt: skip
         mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
-        sql, keyed = self._sql(), params["dedupe_key"] is not None
         params["max_depth"] = limit = jobq_settings().depth_limits().get(params["queue"])
-        if limit is None:
-            statement = (
-                sql.ENQUEUE if not keyed else sql.ENQUEUE_KEYED if mode == "skip" else sql.ENQUEUE_REPLACE
-            )
-            rows = self._execute(statement, params)
-            if rows:
-                self._wake([params["queue"]])
-            return rows[0][0] if rows else None
+        statement = self._enqueue_statement(
+            mode, keyed=params["dedupe_key"] is not None, gated=limit is not None
+        )
+        # A debounce that got nothing back met a holder a worker claimed after its snapshot, or one of
+        # another task: once more, in a new snapshot, frees the former (sql/postgres_enqueue).
+        for _ in range(DEBOUNCE_TRIES if mode == "debounce" else 1):
+            if limit is None:
+                rows = self._execute(statement, params)
+                job_id = rows[0][0] if rows else None
+            else:
+                room, job_id, _ = self._execute(statement, params)[0]
+                if not room:
+                    raise self._full(params["queue"], limit)
+            if job_id is not None:
+                if self._due(params):
+                    self._wake([params["queue"]])
+                return job_id  # type: ignore[no-any-return]
+        return None
+
+    def _enqueue_statement(self, mode: str, *, keyed: bool, gated: bool) -> Any:
+        sql = self._sql()
         if not keyed:
-            statement = sql.ENQUEUE_GATED
-        else:
-            statement = sql.ENQUEUE_KEYED_GATED if mode == "skip" else sql.ENQUEUE_REPLACE_GATED
-        room, job_id, _ = self._execute(statement, params)[0]
-        if not room:
-            raise self._full(params["queue"], limit)
-        if job_id is not None:
-            self._wake([params["queue"]])
-        return job_id  # type: ignore[no-any-return]
+            return sql.ENQUEUE_GATED if gated else sql.ENQUEUE
+        name = {"skip": "ENQUEUE_KEYED", "replace": "ENQUEUE_REPLACE", "debounce": "ENQUEUE_DEBOUNCE"}[mode]
+        return getattr(sql, f"{name}_GATED" if gated else name)
+
+    @staticmethod
+    def _due(params: dict[str, Any]) -> bool:
+        """The job enqueue wrote (inserted or replaced) is due now: worth waking a worker for."""
+        run_at = params["run_at"]
+        return params["delay"] == 0 and (run_at is None or run_at <= timezone.now())
 
     @staticmethod
     def _full(queue: str, limit: int) -> QueueFull:
@@ -219,7 +237,8 @@ class ProducerManager(BaseJobManager):
         concurrency_key: str | None = None,
     ) -> tuple[int, bool]:
         """(job id, created): the job holding ``dedupe_key`` (active, or finished inside its window, a
-        cache hit), or a new one this call inserted. One statement decides; see enqueue."""
+        cache hit), or a new one this call inserted. One statement decides; see enqueue.
+        DedupeKeyConflict when the holder is another task's job: its result is not this call's."""
         if dedupe_key is None:
             raise InvalidJob("enqueue_or_get needs a dedupe_key")
         params = self._enqueue_params(
@@ -233,14 +252,25 @@ class ProducerManager(BaseJobManager):
         for _ in range(ENQUEUE_OR_GET_TRIES):
             rows = self._execute(statement, params)
             if rows:
-                if rows[0][1]:
+                job_id, created = int(rows[0][0]), bool(rows[0][1])
+                if created:
                     self._wake([params["queue"]])
-                return int(rows[0][0]), bool(rows[0][1])
+                    return job_id, True
+                if (holder := self._task_of(job_id)) == params["task"]:
+                    return job_id, False
+                if holder is not None:
+                    raise DedupeKeyConflict(params["dedupe_key"], params["task"], job_id, holder)
+                continue  # the holder was deleted since the statement's snapshot: decide again
             self._check_room({params["queue"]: 1})  # no holder and no room: QueueFull
         raise InvalidJob(
             f"dedupe key {dedupe_key!r:.100} kept changing hands, or its holder is not visible from this "
             "transaction (enqueue_or_get needs READ COMMITTED)"
         )
+
+    def _task_of(self, job_id: int) -> str | None:
+        """Job ``job_id``'s task, None when there is no such job."""
+        rows = self._execute(self._sql().JOB_TASK, {"id": job_id})
+        return str(rows[0][0]) if rows else None
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, on_duplicate: str = "skip") -> list[int]:
         """Insert many jobs in one statement; the ids of those inserted (and, with on_duplicate
@@ -275,12 +305,23 @@ class ProducerManager(BaseJobManager):
             rows.append(row)
         if not rows:
             return []
-        self._check_room(Counter(row.queue for row in rows))
+        wanted = Counter(row.queue for row in rows)
+        if not set(wanted) & set(conf.depth_limits()):
+            return self._insert_many(rows, keys, on_duplicate)
+        # One transaction: the depth locks the room check takes (sql/postgres_depth) cover the insert.
+        with transaction.atomic(using=self.connection.alias):
+            self._check_room(wanted)
+            return self._insert_many(rows, keys, on_duplicate)
+
+    def _insert_many(self, rows: list[NewRow], keys: set[str], on_duplicate: str) -> list[int]:
+        conf = jobq_settings()
         names = (
             "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
             "dedupe_dones", "dedupe_deads", "concurrency_keys",
         )  # fmt: skip
-        params = dict(zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True))
+        params: dict[str, Any] = dict(
+            zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
+        )
         params.update(notify=conf.notify, channel=conf.notify_channel, keys=sorted(keys))
         sql = self._sql()
         if not keys:

@@ -33,9 +33,10 @@ class DueSchedule(NamedTuple):
 
 
 class ScheduleStatementsManager(BaseJobManager):
-    def due_schedules(self, batch: int) -> list[DueSchedule]:
-        """Lock (until the caller's transaction ends) up to ``batch`` due schedules no other pass holds."""
-        rows = self._execute(self._sql().DUE_SCHEDULES, {"batch": batch})
+    def due_schedules(self, batch: int, tried: Sequence[int] = ()) -> list[DueSchedule]:
+        """Lock (until the caller's transaction ends) up to ``batch`` due schedules no other pass holds,
+        leaving out the ids ``tried`` (taken by an earlier batch of the same pass)."""
+        rows = self._execute(self._sql().DUE_SCHEDULES, {"batch": batch, "tried": list(tried)})
         time = self._engine().text_time  # the engine's time values as aware datetimes
         return [
             DueSchedule._make((*row[:3], json.loads(row[3]), *row[4:10], time(row[10]), time(row[11])))

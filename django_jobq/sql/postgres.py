@@ -22,8 +22,21 @@ exception failed the attempt, its class path ('class').
 """
 
 from .postgres_enqueue import window_over
-from .postgres_pick import _PICK_ANY, _PICK_CAPPED, _PICK_ONE, _PICK_QUEUES, _PICK_REST, _REST, _WALK
-from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING
+from .postgres_pick import (
+    _HELD_BACK,
+    _HELD_BACK_CAPPED,
+    _PICK_ANY,
+    _PICK_CAPPED,
+    _PICK_CAPPED_TASK_CAPS,
+    _PICK_ONE,
+    _PICK_ONE_TASK_CAPS,
+    _PICK_QUEUES,
+    _PICK_REST,
+    _PICK_REST_TASK_CAPS,
+    _REST,
+    _WALK,
+)
+from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING, wake
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
 
@@ -164,7 +177,9 @@ RETURNING j.id, {_wake_waiters("j", f"j.status = {DEAD}")}
 # its attempts, in one statement (the whole backlog at once). The rows are locked SKIP LOCKED first:
 # a row a worker is writing (its outcome, a heartbeat) is left for the next pass instead of being
 # waited for, and the UPDATE re-checks the expiry on the locked, current row version, so a live job
-# whose heartbeat committed first is never taken.
+# whose heartbeat committed first is never taken. A job back to PENDING is due at once: its queue is
+# notified as by an enqueue (wake: only while a worker may be waiting), so an idle worker takes it now
+# rather than at its next poll; one gone DEAD wakes only its wait_for() callers.
 REAP = f"""
 WITH expired AS MATERIALIZED (
     SELECT id FROM jobq_job WHERE status = {RUNNING} AND lease_until < {NOW}
@@ -178,7 +193,8 @@ SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
     last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
     errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', 'lease expired: worker stopped renewing it')")}
 WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND status = {RUNNING} AND lease_until < {NOW}
-RETURNING id, {_wake_waiters("j", f"j.status = {DEAD}")}
+RETURNING id, {_wake_waiters("j", f"j.status = {DEAD}")}, j.queue, j.status,
+          CASE WHEN j.status = {PENDING} THEN {wake("j.queue")} END
 """
 
 # requeue_free_keys: before a requeue, release the keys of the chosen DEAD jobs whose holder (another
@@ -197,7 +213,8 @@ WHERE h.dedupe_key = ANY(ARRAY(
 # holds (active, or finished inside its window) is skipped, and of several selected jobs sharing a
 # key only one is requeued (the holder, else the newest), so the unique index never refuses the
 # statement as a whole; it still guards the race with a concurrent enqueue (the caller retries job by
-# job then).
+# job then). A job requeued to run now notifies its queue as an enqueue does (wake), so an idle worker
+# takes it at once; one requeued to a later run_at wakes nobody.
 REQUEUE = f"""
 WITH chosen AS MATERIALIZED (
     SELECT DISTINCT ON (j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END) j.id
@@ -212,7 +229,7 @@ SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s
     priority = COALESCE(%(priority)s, j.priority), worker_id = NULL, lease_until = NULL,
     started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = false
 WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status = {DEAD}
-RETURNING j.id
+RETURNING j.id, j.queue, j.run_at <= {NOW} AS due, CASE WHEN j.run_at <= {NOW} THEN {wake("j.queue")} END
 """
 
 # counts: jobs per status, exact. Each arm repeats its partial index's predicate (status = …), so it is
@@ -309,14 +326,28 @@ _COMPLETE_AND_CLAIM = f"""
 WITH done AS ({COMPLETE_MANY}),
 {{pick}},
 claimed AS ({_TAKE})
-SELECT (SELECT coalesce(array_agg(id), '{{{{}}}}') FROM done) AS completed, claimed.*
+SELECT (SELECT coalesce(array_agg(id), '{{{{}}}}') FROM done) AS completed, {{held}}claimed.*
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 """
-COMPLETE_AND_CLAIM = _COMPLETE_AND_CLAIM.format(pick=_PICK_ONE)
-COMPLETE_AND_CLAIM_REST = _COMPLETE_AND_CLAIM.format(pick=_PICK_REST)
+COMPLETE_AND_CLAIM = _COMPLETE_AND_CLAIM.format(pick=_PICK_ONE, held="")
+COMPLETE_AND_CLAIM_REST = _COMPLETE_AND_CLAIM.format(pick=_PICK_REST, held="")
 # complete_and_claim_capped: COMPLETE_AND_CLAIM for a queue with MAX_RUNNING, run after CAP_LOCK in
 # the same transaction (postgres_pick's _PICK_CAPPED).
-COMPLETE_AND_CLAIM_CAPPED = _COMPLETE_AND_CLAIM.format(pick=_PICK_CAPPED)
+COMPLETE_AND_CLAIM_CAPPED = _COMPLETE_AND_CLAIM.format(pick=_PICK_CAPPED, held="")
+# complete_and_claim_task_caps (and _rest_, _capped_): the three above for a worker that knows capped
+# tasks: the pick never takes a job of a task or key at its cap (postgres_pick's _within_caps). The
+# second column, held_back, counts the due jobs the pick locked and cut for the caps when its walk
+# stopped at the limit: claiming again in the same transaction may find more behind them. Run in a
+# transaction that ends under the claimed tasks' CAP_LOCKs (managers/capping.py).
+COMPLETE_AND_CLAIM_TASK_CAPS = _COMPLETE_AND_CLAIM.format(
+    pick=_PICK_ONE_TASK_CAPS, held=f"{_HELD_BACK} AS held_back, "
+)
+COMPLETE_AND_CLAIM_REST_TASK_CAPS = _COMPLETE_AND_CLAIM.format(
+    pick=_PICK_REST_TASK_CAPS, held=f"{_HELD_BACK} AS held_back, "
+)
+COMPLETE_AND_CLAIM_CAPPED_TASK_CAPS = _COMPLETE_AND_CLAIM.format(
+    pick=_PICK_CAPPED_TASK_CAPS, held=f"{_HELD_BACK_CAPPED} AS held_back, "
+)
 
 # cap_lock: serialise the claims of one capped queue ("queue:NAME") or task ("task:NAME") across
 # every worker, until this transaction ends (a transaction-level advisory lock: released at commit or
@@ -342,6 +373,12 @@ JOB_ROW = """
 SELECT * FROM jobq_job WHERE id = %(id)s
 """
 
+# job_task: a job's task, or no row (a job's task never changes: any version of the row answers).
+# Read-only.
+JOB_TASK = """
+SELECT task FROM jobq_job WHERE id = %(id)s
+"""
+
 # running_by_task: RUNNING jobs per (task, concurrency_key) of the given tasks, the caller's own
 # uncommitted claims included (run after the tasks' CAP_LOCKs, so the snapshot also holds every claim
 # the previous lock holders committed). RUNNING jobs are few (at most the slots of every worker), and
@@ -352,16 +389,26 @@ WHERE status = {RUNNING} AND task = ANY(%(tasks)s::text[])
 GROUP BY task, concurrency_key
 """
 
-# release_unstarted: jobs a stopping worker claimed ahead and never started go back to PENDING at once,
-# keeping their run_at (their place in the queue). Nothing ran, so the attempt the claim counted is
-# returned and no release is counted. Fenced like every transition: only runs this worker still owns.
+# release_unstarted: jobs a worker claimed ahead and never started (it is stopping, they wait behind
+# long runs, or their lease may have run out) go back to PENDING at once, keeping their run_at (their
+# place in the queue). Nothing ran, so the attempt the claim counted is returned and no release is
+# counted. Fenced like every transition: only runs this worker still owns. Idle workers are woken as
+# by an enqueue (wake), so another worker takes them now rather than at its next poll.
 RELEASE_UNSTARTED = f"""
 UPDATE jobq_job AS j
 SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1
 FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
-RETURNING j.id
+RETURNING j.id, j.queue, {wake("j.queue")}
 """
+
+# due_exists: is a PENDING job due in one queue (or in every queue but %(exclude)s)? Asked by a slot
+# that would hold its job through an in-slot retry while the lane has no free slot. Reads the claim
+# index (status PENDING: queue, priority, run_at) and stops at the first row; takes no lock.
+DUE_EXISTS = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
+    WHERE status = {PENDING} AND queue = %(queue)s AND run_at <= {NOW})"""
+DUE_EXISTS_REST = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
+    WHERE status = {PENDING} AND {_REST.format(q="queue")} AND run_at <= {NOW})"""
 
 # snooze: give owned runs back to PENDING without using up an attempt (the claim had counted it),
 # due again after %(delays)s seconds each: a job over a task's cap, or without a rate-limit permit.

@@ -39,11 +39,21 @@ _LIMIT = "(SELECT %(limit)s::int)"
 _DUE_NOW = f"run_at >= '-infinity' AND run_at <= (SELECT {NOW})"
 
 
-def _due(queue: str, gate: str = "", limit: str = _LIMIT) -> str:
+_COLUMNS = "id, priority, run_at"
+
+
+def _picked(selection: str) -> str:
+    """The CTE ``picked`` (the rows a claim takes, by id) of a selection."""
+    return f"picked AS MATERIALIZED (\n    {selection}\n)"
+
+
+def _due(queue: str, gate: str = "", limit: str = _LIMIT, rows: str = "", columns: str = _COLUMNS) -> str:
     """The due jobs of one queue (an expression: a parameter, or an outer column), claim order, locked,
-    at most ``limit`` (%(limit)s); none unless ``gate`` (a condition on outer columns) holds. Columns
-    id, priority, run_at."""
+    at most ``limit`` (%(limit)s); none unless ``gate`` (a condition on outer columns) holds; only the
+    rows for which ``rows`` (a condition on jobq_job's columns) holds, which the walk reads past
+    without locking. Columns ``columns`` (id, priority, run_at first)."""
     gate = f" AND {gate}" if gate else ""
+    rows = f" AND {rows}" if rows else ""
     return f"""WITH RECURSIVE lanes(priority, depth) AS (
         (SELECT priority, 1 FROM jobq_job WHERE status = {PENDING} AND queue = {queue}{gate}
          ORDER BY priority LIMIT 1)
@@ -54,24 +64,24 @@ def _due(queue: str, gate: str = "", limit: str = _LIMIT) -> str:
                l.depth + 1
         FROM lanes AS l WHERE l.priority IS NOT NULL AND l.depth < {_WALK}
     )
-    SELECT due.id, due.priority, due.run_at FROM lanes AS l CROSS JOIN LATERAL (
+    SELECT due.* FROM lanes AS l CROSS JOIN LATERAL (
         SELECT * FROM (
-            SELECT id, priority, run_at FROM jobq_job
+            SELECT {columns} FROM jobq_job
             WHERE status = {PENDING} AND queue = {queue} AND priority = l.priority AND {_DUE_NOW}
-              AND l.depth < {_WALK}
+              AND l.depth < {_WALK}{rows}
             ORDER BY run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) AS lane
         UNION ALL
         SELECT * FROM (
-            SELECT id, priority, run_at FROM jobq_job
+            SELECT {columns} FROM jobq_job
             WHERE status = {PENDING} AND queue = {queue} AND priority >= l.priority AND {_DUE_NOW}
-              AND l.depth = {_WALK}
+              AND l.depth = {_WALK}{rows}
             ORDER BY priority, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) AS rest
     ) AS due
     LIMIT {limit}"""
 
 
 # One queue: its walk, as it comes.
-_PICK_ONE = f"picked AS MATERIALIZED (\n    {_due('%(queue)s')}\n)"
+_PICK_ONE = _picked(_due("%(queue)s"))
 
 # One capped queue (JOBQ["QUEUES"][q]["MAX_RUNNING"] = %(cap)s): its walk, taking at most the cap
 # less the jobs of the queue RUNNING now (the ones this statement completes, %(ids)s, not counted).
@@ -80,7 +90,7 @@ _PICK_ONE = f"picked AS MATERIALIZED (\n    {_due('%(queue)s')}\n)"
 _CAPPED_LIMIT = f"""(SELECT GREATEST(0, LEAST(%(limit)s::int, %(cap)s::int - (
         SELECT count(*) FROM jobq_job
         WHERE status = {RUNNING} AND queue = %(queue)s AND id <> ALL(%(ids)s::bigint[]))::int)))"""
-_PICK_CAPPED = f"picked AS MATERIALIZED (\n    {_due('%(queue)s', limit=_CAPPED_LIMIT)}\n)"
+_PICK_CAPPED = _picked(_due("%(queue)s", limit=_CAPPED_LIMIT))
 
 # Several queues: each queue's walk (at most %(limit)s rows each), merged by (priority, run_at, id).
 # The merge is a sort, which reads all its input before the limit applies, so each queue locks up to
@@ -102,13 +112,13 @@ _PICK_QUEUES = f"""picked AS MATERIALIZED (
 # served in queue-name order, and the merge takes the best of both; with _WALK queues or fewer the
 # order is strict. Thousands of queues cost at most _WALK walks (and lock at most _WALK times
 # %(limit)s rows), and no plan sorts the backlog.
-def _pick_any(rest: str = "") -> str:
+def _any(rest: str = "", rows: str = "", columns: str = _COLUMNS, limit: str = _LIMIT) -> str:
     """_PICK_ANY's selection; ``rest`` (a condition on a queue name, written with {q}) leaves out the
-    queues it does not hold for."""
+    queues it does not hold for; ``rows``, ``columns`` and ``limit`` as for _due."""
     keep = f" AND {rest.format(q='q.name')}" if rest else ""
     keep_rows = f" AND {rest.format(q='queue')}" if rest else ""
-    return f"""picked AS MATERIALIZED (
-    WITH RECURSIVE queues(name, depth) AS (
+    more = f" AND {rows}" if rows else ""
+    return f"""WITH RECURSIVE queues(name, depth) AS (
         (SELECT queue, 1 FROM jobq_job WHERE status = {PENDING} ORDER BY queue LIMIT 1)
         UNION ALL
         SELECT (SELECT n.queue FROM jobq_job AS n WHERE n.status = {PENDING} AND n.queue > q.name
@@ -116,21 +126,98 @@ def _pick_any(rest: str = "") -> str:
                q.depth + 1
         FROM queues AS q WHERE q.name IS NOT NULL AND q.depth < {_WALK}
     )
-    SELECT due.id FROM queues AS q CROSS JOIN LATERAL (
-        SELECT * FROM ({_due("q.name", f"q.depth < {_WALK}{keep}")}) AS one
+    SELECT due.* FROM queues AS q CROSS JOIN LATERAL (
+        SELECT * FROM ({_due("q.name", f"q.depth < {_WALK}{keep}", limit, rows, columns)}) AS one
         UNION ALL
         SELECT * FROM (
-            SELECT id, priority, run_at FROM jobq_job
-            WHERE status = {PENDING} AND queue >= q.name AND {_DUE_NOW} AND q.depth = {_WALK}{keep_rows}
-            ORDER BY queue, priority, run_at, id LIMIT {_LIMIT} FOR UPDATE SKIP LOCKED) AS rest
+            SELECT {columns} FROM jobq_job
+            WHERE status = {PENDING} AND queue >= q.name AND {_DUE_NOW} AND q.depth = {_WALK}{keep_rows}{more}
+            ORDER BY queue, priority, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) AS rest
     ) AS due
     ORDER BY due.priority, due.run_at, due.id
-    LIMIT {_LIMIT}
-)"""
+    LIMIT {limit}"""
 
 
-_PICK_ANY = _pick_any()
+_PICK_ANY = _picked(_any())
 # The rest: every queue but those named in %(exclude)s (the worker's "*" lane, which serves the queues
 # its other lanes do not).
 _REST = "{q} <> ALL(%(exclude)s::text[])"
-_PICK_REST = _pick_any(_REST)
+_PICK_REST = _picked(_any(_REST))
+
+
+# Task caps (@task(max_running=N, max_running_per_key=M)), applied by the pick itself: the registered
+# capped tasks come as %(cap_tasks)s (names), %(cap_most)s (N, NULL: no task cap) and %(cap_key_most)s
+# (M, NULL: no per-key cap).
+#   cap_running: their RUNNING jobs per (task, key), the jobs this statement completes (%(ids)s) not
+#                counted. RUNNING jobs are few (at most every worker's slots: the lease index's rows).
+#   cap_room:    per capped task, its cap less its RUNNING jobs (NULL: no task cap).
+#   cap_full:    the (task, key) pairs at their key's cap.
+# The walk reads past the jobs of a task, or of a key, with no room left, without locking them
+# (_HAS_ROOM), so the claim never takes one and reaches the jobs behind them; the price is that a claim
+# reads the due jobs held back ahead of those it takes (a task capped far below a deep backlog costs
+# each claim of its queue a read of that backlog; in a queue of its own with MAX_RUNNING it costs
+# nothing). Of the rows the walk locks (candidates), the claim keeps what fits: the n-th job of a task
+# (of a key) while n is within the task's (the key's) room. What it cuts stays PENDING, untouched, in
+# its place (locked until the claim commits: a concurrent claim skips it meanwhile). When the walk stopped at its limit and cut some, held_back says so: jobs the claim could
+# take may stand behind, and the caller claims again in the same transaction, where this claim's jobs
+# are RUNNING, so the tasks and keys it filled are left out (each claim that cuts fills one, so that
+# ends). The room comes from the statement's snapshot: under concurrent claims it may be stale, which
+# the caller settles after the claim, under the tasks' CAP_LOCKs (managers/capping.py).
+_CAP_ROOM = f"""cap_running AS MATERIALIZED (
+    SELECT task, concurrency_key, count(*)::int AS n FROM jobq_job
+    WHERE status = {RUNNING} AND task = ANY(%(cap_tasks)s::text[]) AND id <> ALL(%(ids)s::bigint[])
+    GROUP BY task, concurrency_key
+),
+cap_room AS MATERIALIZED (
+    SELECT c.task, c.key_most,
+           c.most - (SELECT COALESCE(sum(r.n), 0) FROM cap_running AS r WHERE r.task = c.task)::int AS room
+    FROM unnest(%(cap_tasks)s::text[], %(cap_most)s::int[], %(cap_key_most)s::int[]) AS c(task, most, key_most)
+),
+cap_full AS MATERIALIZED (
+    SELECT r.task, r.concurrency_key FROM cap_running AS r JOIN cap_room AS c ON c.task = r.task
+    WHERE r.concurrency_key IS NOT NULL AND r.n >= c.key_most
+)"""
+_HAS_ROOM = (
+    "task <> ALL(ARRAY(SELECT task FROM cap_room WHERE room <= 0)) AND (concurrency_key IS NULL OR NOT EXISTS ("
+    "SELECT 1 FROM cap_full AS f WHERE f.task = jobq_job.task AND f.concurrency_key = jobq_job.concurrency_key))"
+)
+_CAP_COLUMNS = f"{_COLUMNS}, task, concurrency_key"
+
+
+def _within_caps(selection: str) -> str:
+    """The task caps' CTEs, ``selection`` (of _CAP_COLUMNS, rows _HAS_ROOM) as candidates, and
+    picked: the candidates that fit."""
+    order = "ORDER BY d.priority, d.run_at, d.id"
+    return f"""{_CAP_ROOM},
+candidates AS MATERIALIZED (
+    {selection}
+),
+picked AS MATERIALIZED (
+    SELECT c.id FROM (
+        SELECT d.*, row_number() OVER (PARTITION BY d.task {order}) AS nth,
+               row_number() OVER (PARTITION BY d.task, d.concurrency_key {order}) AS nth_key
+        FROM candidates AS d
+    ) AS c
+    LEFT JOIN cap_room AS r ON r.task = c.task
+    LEFT JOIN cap_running AS k ON k.task = c.task AND k.concurrency_key = c.concurrency_key
+    WHERE r.task IS NULL OR (
+        (r.room IS NULL OR c.nth <= r.room)
+        AND (r.key_most IS NULL OR c.concurrency_key IS NULL OR c.nth_key <= r.key_most - COALESCE(k.n, 0)))
+)"""
+
+
+def _held_back(limit: str) -> str:
+    """The candidates cut, when the walk stopped at ``limit`` (else 0: nothing stands behind)."""
+    return (
+        f"(SELECT CASE WHEN count(*) >= {limit} THEN count(*) - (SELECT count(*) FROM picked) ELSE 0 END"
+        " FROM candidates)::int"
+    )
+
+
+_PICK_ONE_TASK_CAPS = _within_caps(_due("%(queue)s", rows=_HAS_ROOM, columns=_CAP_COLUMNS))
+_PICK_CAPPED_TASK_CAPS = _within_caps(
+    _due("%(queue)s", limit=_CAPPED_LIMIT, rows=_HAS_ROOM, columns=_CAP_COLUMNS)
+)
+_PICK_REST_TASK_CAPS = _within_caps(_any(_REST, rows=_HAS_ROOM, columns=_CAP_COLUMNS))
+_HELD_BACK = _held_back(_LIMIT)
+_HELD_BACK_CAPPED = _held_back(_CAPPED_LIMIT)

@@ -36,6 +36,20 @@ from .postgres_terms import CLOCK, NOW
 
 _N = "%(n)s::int"
 
+# rest_at: idle_at rounded up to a whole step of REST_STEP_SECONDS on the epoch, the indexed time from
+# which the prune may delete the row (its step has ended, so idle_at has passed). An acquire of a busy
+# key moves idle_at on every grant but rest_at only when idle_at crosses into the next step: PostgreSQL
+# makes an update HOT (no index entry written, the row kept on its page) when no indexed column's value
+# changes, so acquires of a key stay HOT updates between steps, one in a step at most is not. A wider
+# step means fewer of those and rows at rest kept that much longer (a row at rest says no more than a
+# missing row would, so keeping it changes no answer).
+REST_STEP_SECONDS = 60
+
+
+def _rest_at(idle_at: str) -> str:
+    return f"to_timestamp(ceil(extract(epoch FROM {idle_at}) / {REST_STEP_SECONDS}) * {REST_STEP_SECONDS})"
+
+
 # -- token bucket ------------------------------------------------------------------------------------
 # The bucket row b at the clock read once: tokens = what it held at updated_at plus %(fill)s tokens per
 # second since, capped at %(burst)s (negative while tokens are lent to waiting callers); at = the time
@@ -51,20 +65,22 @@ _LENT = "%(fill)s::float8 * %(ahead)s::float8"  # the tokens that come within th
 # bucket_acquire: take %(n)s tokens if the bucket holds them now, or will within %(ahead)s seconds (then
 # tokens go below zero: lent, and the caller sleeps until they are refilled). A new bucket starts full.
 # A grant stores the tokens left, the time of the count and idle_at, when the bucket is full again (from
-# then on the row says no more than a missing row would). RETURNING: seconds until the tokens are there.
+# then on the row says no more than a missing row would) and its rest_at. RETURNING: seconds until the
+# tokens are there.
 BUCKET_ACQUIRE = f"""
 WITH seen AS (
     SELECT s.tokens FROM jobq_rate_bucket AS b, LATERAL {_BUCKET} AS s WHERE b.key = %(key)s
 ), taken AS (
-    INSERT INTO jobq_rate_bucket AS b (key, tokens, updated_at, idle_at)
-    SELECT %(key)s, %(burst)s::float8 - {_N}, c.t, c.t + make_interval(secs => {_N} / %(fill)s::float8)
-    FROM (SELECT {CLOCK} AS t) AS c
+    INSERT INTO jobq_rate_bucket AS b (key, tokens, updated_at, idle_at, rest_at)
+    SELECT %(key)s, %(burst)s::float8 - {_N}, c.t, i.idle_at, {_rest_at("i.idle_at")}
+    FROM (SELECT {CLOCK} AS t) AS c,
+         LATERAL (SELECT c.t + make_interval(secs => {_N} / %(fill)s::float8) AS idle_at) AS i
     WHERE NOT EXISTS (SELECT FROM seen WHERE seen.tokens + {_LENT} < {_N})
     ON CONFLICT (key) DO UPDATE
-    SET (tokens, updated_at, idle_at) = (
-        SELECT s.tokens - {_N}, s.at,
-               s.at + make_interval(secs => (%(burst)s::float8 - (s.tokens - {_N})) / %(fill)s::float8)
-        FROM {_BUCKET} AS s
+    SET (tokens, updated_at, idle_at, rest_at) = (
+        SELECT s.tokens - {_N}, s.at, i.idle_at, {_rest_at("i.idle_at")}
+        FROM {_BUCKET} AS s, LATERAL (SELECT s.at + make_interval(
+            secs => (%(burst)s::float8 - (s.tokens - {_N})) / %(fill)s::float8) AS idle_at) AS i
     )
     WHERE (SELECT s.tokens FROM {_BUCKET} AS s) + {_LENT} >= {_N}
     RETURNING GREATEST(0, -b.tokens) / %(fill)s::float8
@@ -98,22 +114,23 @@ _US = "* interval '1 microsecond'"
 # window_acquire: put %(n)s stamps in the key's log at the time they fit, if that is no more than
 # %(ahead)s seconds away. A grant drops the stamps no longer live (so the log never holds more than
 # %(limit)s entries) and sets idle_at, when its newest stamp leaves the window (then the row may be
-# pruned). A new key's log starts with n stamps of now. RETURNING: seconds until the newest stamp's time.
+# pruned), and its rest_at. A new key's log starts with n stamps of now. RETURNING: seconds until the
+# newest stamp's time.
 WINDOW_ACQUIRE = f"""
 WITH seen AS (
     SELECT s.fits - s.now_us AS ahead_us
     FROM jobq_rate_window AS w, LATERAL {_WINDOW} AS s WHERE w.key = %(key)s
 ), taken AS (
-    INSERT INTO jobq_rate_window AS w (key, stamps, idle_at)
-    SELECT %(key)s, to_jsonb(array_fill(c.now_us, ARRAY[{_N}])),
-           'epoch'::timestamptz + (c.now_us + %(window_us)s::bigint) {_US}
-    FROM (SELECT (extract(epoch FROM {CLOCK}) * 1000000)::bigint AS now_us) AS c
+    INSERT INTO jobq_rate_window AS w (key, stamps, idle_at, rest_at)
+    SELECT %(key)s, to_jsonb(array_fill(c.now_us, ARRAY[{_N}])), i.idle_at, {_rest_at("i.idle_at")}
+    FROM (SELECT (extract(epoch FROM {CLOCK}) * 1000000)::bigint AS now_us) AS c,
+         LATERAL (SELECT 'epoch'::timestamptz + (c.now_us + %(window_us)s::bigint) {_US} AS idle_at) AS i
     WHERE NOT EXISTS (SELECT FROM seen WHERE seen.ahead_us > %(ahead)s::float8 * 1000000)
     ON CONFLICT (key) DO UPDATE
-    SET (stamps, idle_at) = (
-        SELECT s.live || to_jsonb(array_fill(s.fits, ARRAY[{_N}])),
-               'epoch'::timestamptz + (s.fits + %(window_us)s::bigint) {_US}
-        FROM {_WINDOW} AS s
+    SET (stamps, idle_at, rest_at) = (
+        SELECT s.live || to_jsonb(array_fill(s.fits, ARRAY[{_N}])), i.idle_at, {_rest_at("i.idle_at")}
+        FROM {_WINDOW} AS s,
+             LATERAL (SELECT 'epoch'::timestamptz + (s.fits + %(window_us)s::bigint) {_US} AS idle_at) AS i
     )
     WHERE (SELECT s.fits - s.now_us FROM {_WINDOW} AS s) <= %(ahead)s::float8 * 1000000
     RETURNING GREATEST(0, (w.stamps ->> -1)::bigint - (extract(epoch FROM {CLOCK}) * 1000000)::bigint)
@@ -124,21 +141,26 @@ SELECT * FROM taken
 
 # -- pruning -----------------------------------------------------------------------------------------
 # prune_buckets / prune_windows: delete up to %(batch)s rows that say no more than a missing row would
-# (a full bucket, a log with no live stamp: idle_at has passed). The rows are picked FOR UPDATE SKIP
-# LOCKED, so pruning never waits for an acquire; a row an acquire updated after this statement's
-# snapshot is re-checked on its new version and kept. An acquire waiting for a row pruned under it
-# inserts the key afresh, which is what the pruned row said. There is no index on idle_at, on purpose:
-# acquires rewrite idle_at, and an index on it would make every one of those updates non-HOT.
+# (a full bucket, a log with no live stamp: idle_at has passed) and whose rest_at step has ended. They
+# are found along the rest_at index (oldest first: the order keeps every plan, generic ones too, on
+# that index), which holds only rows at rest below now: the statement reads what it deletes, never the
+# rows of live keys, however many there are (there is no index on idle_at, on purpose: acquires rewrite
+# idle_at, and an index on it would make every one of those updates non-HOT; see rest_at above). The
+# rows are picked FOR UPDATE SKIP LOCKED, so pruning never waits for an acquire; a row an acquire
+# updated after this statement's snapshot is re-checked on its new version and kept. An acquire waiting
+# for a row pruned under it inserts the key afresh, which is what the pruned row said.
 PRUNE_BUCKETS = f"""
 DELETE FROM jobq_rate_bucket
 WHERE key = ANY(ARRAY(
-    SELECT key FROM jobq_rate_bucket WHERE idle_at <= {NOW} LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+    SELECT key FROM jobq_rate_bucket WHERE rest_at <= {NOW} AND idle_at <= {NOW}
+    ORDER BY rest_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 )) AND idle_at <= {NOW}
 """
 
 PRUNE_WINDOWS = f"""
 DELETE FROM jobq_rate_window
 WHERE key = ANY(ARRAY(
-    SELECT key FROM jobq_rate_window WHERE idle_at <= {NOW} LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+    SELECT key FROM jobq_rate_window WHERE rest_at <= {NOW} AND idle_at <= {NOW}
+    ORDER BY rest_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 )) AND idle_at <= {NOW}
 """

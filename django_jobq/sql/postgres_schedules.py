@@ -13,13 +13,15 @@ from .postgres_terms import NOW
 # clock the pass computes with. SKIP LOCKED: a row another replica's pass holds is left to it, so
 # replicas never wait on each other and never take the same schedule in overlapping passes; a row
 # whose pass committed after this statement's snapshot is re-read once locked (READ COMMITTED) and
-# dropped by the WHERE, its next_run_at now in the future. The partial index jobq_schedule_due serves
-# the filter and the order.
+# dropped by the WHERE, its next_run_at now in the future. %(tried)s: the schedules this pass already
+# took in an earlier batch and left due (their enqueue failed): they keep the oldest next_run_at, so
+# without this they would come first in every batch and a batch's worth of them would keep the pass
+# from every schedule after them. The partial index jobq_schedule_due serves the filter and the order.
 DUE_SCHEDULES = f"""
 SELECT s.id, s.name, s.task, s.payload::text, s.queue, s.priority, s.cron, s.at, s.timezone,
        s.missed, s.next_run_at, {NOW}
 FROM jobq_schedule AS s
-WHERE s.enabled AND (s.next_run_at IS NULL OR s.next_run_at <= {NOW})
+WHERE s.enabled AND (s.next_run_at IS NULL OR s.next_run_at <= {NOW}) AND s.id <> ALL(%(tried)s::bigint[])
 ORDER BY s.next_run_at NULLS FIRST, s.id
 LIMIT %(batch)s
 FOR UPDATE OF s SKIP LOCKED

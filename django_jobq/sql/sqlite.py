@@ -148,6 +148,7 @@ RETURNING id, NULL
 
 # reap: every RUNNING job whose lease expired goes back to PENDING, or DEAD when out of attempts, in
 # one statement; a heartbeat that committed first has moved lease_until and the guard leaves the job.
+# The queue and status tell the manager which queues to wake (this process's workers, on commit).
 REAP = f"""
 UPDATE jobq_job
 SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
@@ -157,7 +158,7 @@ SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
     last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
     errors = {_error("'lease expired: worker stopped renewing it'")}
 WHERE status = {RUNNING} AND lease_until < {NOW}
-RETURNING id, NULL
+RETURNING id, NULL, queue, status
 """
 
 # requeue_free_keys / requeue: as on PostgreSQL (run in one transaction by the manager): release the
@@ -187,7 +188,7 @@ SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s
     priority = COALESCE(%(priority)s, priority), worker_id = NULL, lease_until = NULL,
     started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = 0
 WHERE id IN (SELECT id FROM chosen) AND status = {DEAD}
-RETURNING id
+RETURNING id, queue, run_at <= {NOW} AS due
 """
 
 _COUNT = "SELECT {s}, count(*) FROM jobq_job WHERE status = {s}{where}"
@@ -236,18 +237,25 @@ RETURNING id
 RELEASE_ORPHANS = _RELEASE_ORPHANS.format(queues="queue = %(queue)s")
 RELEASE_ORPHANS_REST = _RELEASE_ORPHANS.format(queues=f"queue NOT IN {each('exclude')}")
 
-# release_unstarted: runs a stopping worker claimed ahead and never started go back to PENDING, in
-# their place (run_at kept), the claim's attempt returned and no release counted; fenced per run.
+# release_unstarted: runs a worker claimed ahead and never started go back to PENDING, in their place
+# (run_at kept), the claim's attempt returned and no release counted; fenced per run.
 RELEASE_UNSTARTED = f"""
 UPDATE jobq_job
 SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = attempts - 1
 FROM {_HELD} AS h
 WHERE jobq_job.id = h.id AND jobq_job.fence = h.fence AND {_OWNED}
-RETURNING id
+RETURNING id, queue
 """
+
+# due_exists: is a PENDING job due in one queue (or every queue but the excluded)? Reads the claim index.
+DUE_EXISTS = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
+    WHERE status = {PENDING} AND queue = %(queue)s AND run_at <= {NOW})"""
+DUE_EXISTS_REST = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
+    WHERE status = {PENDING} AND run_at <= {NOW}{_REST_WHERE})"""
 
 JOB_STATE = "SELECT status, worker_id, fence FROM jobq_job WHERE id = %(id)s"
 JOB_ROW = "SELECT * FROM jobq_job WHERE id = %(id)s"
+JOB_TASK = "SELECT task FROM jobq_job WHERE id = %(id)s"
 
 
 def _completed_then_claimed(results: list[Result]) -> Result:
@@ -266,6 +274,9 @@ COMPLETE_AND_CLAIM_REST = Script((COMPLETE_MANY, CLAIM_REST.steps[0]), _complete
 
 # Not on SQLite (Capabilities): queue and task caps, wait_for's completion notification.
 COMPLETE_AND_CLAIM_CAPPED = Unsupported("queue_caps", 'JOBQ["QUEUES"][...]["MAX_RUNNING"]')
+COMPLETE_AND_CLAIM_TASK_CAPS = Unsupported("task_caps", "@task(max_running=...)")
+COMPLETE_AND_CLAIM_REST_TASK_CAPS = Unsupported("task_caps", "@task(max_running=...)")
+COMPLETE_AND_CLAIM_CAPPED_TASK_CAPS = Unsupported("task_caps", "@task(max_running=...)")
 CAP_LOCK = Unsupported("queue_caps", 'JOBQ["QUEUES"][...]["MAX_RUNNING"]')
 RUNNING_BY_TASK = Unsupported("task_caps", "@task(max_running=...)")
 SNOOZE = Unsupported("task_caps", "@task(max_running=...) and rate-limited tasks")

@@ -22,6 +22,13 @@ _ONE = f"""%(task)s, %(queue)s, %(payload)s, {PENDING}, %(priority)s,
 _FREE_ONE = f"""UPDATE jobq_job SET key_released = 1
 WHERE dedupe_key = %(dedupe_key)s AND NOT key_released AND {window_over("jobq_job")}"""
 
+# debounce: also a holder of the same task that is RUNNING or finished, whatever its window: the key
+# passes to the new job (the successor). A PENDING holder is replaced instead.
+_FREE_DEBOUNCE = _FREE_ONE.replace(
+    f"AND {window_over('jobq_job')}",
+    f"AND ({window_over('jobq_job')} OR (status <> {PENDING} AND task = %(task)s))",
+)
+
 _SKIP = "DO NOTHING"
 # replace / debounce: a PENDING holder of the same task takes the new payload, priority and run_at; a
 # RUNNING or finished holder, or one of another task, is left alone (no row comes back).
@@ -36,9 +43,11 @@ def _insert(conflict: str = "", returning: str = "id, NULL") -> str:
 
 # enqueue: one job without a dedupe key (the manager wakes this process's workers on commit).
 ENQUEUE = _insert()
-# enqueue_keyed / enqueue_replace: one job with a dedupe key; a row back when inserted or replaced.
+# enqueue_keyed / enqueue_replace / enqueue_debounce: one job with a dedupe key; a row back when
+# inserted or replaced.
 ENQUEUE_KEYED = Script((_FREE_ONE, _insert(_SKIP)))
 ENQUEUE_REPLACE = Script((_FREE_ONE, _insert(_REPLACE)))
+ENQUEUE_DEBOUNCE = Script((_FREE_DEBOUNCE, _insert(_REPLACE)))
 
 
 def _inserted_or_holder(results: list[Result]) -> Result:
@@ -88,6 +97,7 @@ _DEPTH = ("max_depth", 'JOBQ["QUEUES"][...]["MAX_DEPTH"]')
 ENQUEUE_GATED = Unsupported(*_DEPTH)
 ENQUEUE_KEYED_GATED = Unsupported(*_DEPTH)
 ENQUEUE_REPLACE_GATED = Unsupported(*_DEPTH)
+ENQUEUE_DEBOUNCE_GATED = Unsupported(*_DEPTH)
 ENQUEUE_OR_GET_GATED = Unsupported(*_DEPTH)
 DEPTH_FULL = Unsupported(*_DEPTH)
 DEPTH_SEQ = Unsupported(*_DEPTH)

@@ -18,7 +18,7 @@ DUE_SCHEDULES = f"""
 SELECT s.id, s.name, s.task, s.payload, s.queue, s.priority, s.cron, s.at, s.timezone,
        s.missed, s.next_run_at, {NOW}
 FROM jobq_schedule AS s
-WHERE s.enabled AND (s.next_run_at IS NULL OR s.next_run_at <= {NOW})
+WHERE s.enabled AND (s.next_run_at IS NULL OR s.next_run_at <= {NOW}) AND s.id NOT IN {each("tried")}
 ORDER BY s.next_run_at NULLS FIRST, s.id
 LIMIT %(batch)s
 """

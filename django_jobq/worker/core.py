@@ -186,6 +186,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self._wake_all()
         for lane in self.lanes.values():
             lane.done.wait(timeout=5)
+        self._fail_timed_out()
         # Everything still RUNNING under this worker's id goes back, known to it or not (a late claim
         # reply, a run whose in-slot retry raced the watchdog); tried even on a hard stop.
         released = self._db(lambda: Job.objects.release(self.worker_id), attempts=3) or []

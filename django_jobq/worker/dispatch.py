@@ -17,7 +17,7 @@ from django.db import connections
 from .. import signals
 from ..conf import jobq_settings
 from ..models import Job, JobStatus
-from ..registry import resolve_task
+from ..registry import capped_tasks, resolve_task
 from .base import is_connection_error
 from .lanes import Lane, Running
 from .pausing import PauseMixin
@@ -36,28 +36,48 @@ class DispatchMixin(PauseMixin):
         """Nothing runs or waits to be written, and nothing more will be claimed. Holds lane.cond."""
         if lane.busy or lane.outcomes:
             return False
-        return self.stopping.is_set() or self._budget() <= 0 or (self.burst and lane.idle)
+        return (
+            self.stopping.is_set()
+            or self._budget() <= 0
+            or (self.burst and lane.idle and not self._runs_capped())
+        )
+
+    def _runs_capped(self) -> bool:
+        """A job of a capped task runs in this worker: a burst lane whose claim that task's cap held
+        back waits for it to end (its room may be this lane's next job). Takes the worker's lock."""
+        capped = capped_tasks()
+        if not capped:
+            return False
+        with self._lock:
+            return any(entry.job.task in capped for entry in self._running.values())
 
     def _wait_for_work(self, lane: Lane) -> list[tuple[Running, Outcome]] | None:
-        """Block until there are outcomes to write or slots to fill; None when the lane is finished."""
+        """Block until there are outcomes to write, slots to fill or claimed-ahead jobs to give back;
+        None when the lane is finished."""
         poll_at = time.monotonic() + self.poll_interval
+        claim_ahead = jobq_settings().claim_ahead
         with lane.cond:
             while True:
+                now = time.monotonic()
                 if self.abandon.is_set() or self._lane_finished(lane):
                     return None
-                if self.stopping.is_set() and (lane.unstarted or not lane.work.empty()):
+                stopping = self.stopping.is_set()
+                if lane.unstarted or (stopping and not lane.work.empty()) or lane.surplus(claim_ahead, now):
                     outcomes, lane.outcomes = lane.outcomes, []
                     return outcomes  # claimed ahead, never started: to give back now
                 if lane.woken:
                     lane.idle = lane.woken = False
-                if lane.idle and time.monotonic() >= poll_at:
+                if lane.idle and now >= poll_at:
                     lane.idle = False  # the safety-net poll
-                room = lane.capacity(jobq_settings().claim_ahead) - lane.busy
-                can_claim = not self.stopping.is_set() and self._budget() > 0 and room > 0
+                room = lane.capacity(claim_ahead, now) - lane.busy
+                can_claim = not stopping and self._budget() > 0 and room > 0
                 if lane.outcomes or (can_claim and not lane.idle):
                     outcomes, lane.outcomes = lane.outcomes, []
                     return outcomes
-                lane.cond.wait(timeout=max(0.001, poll_at - time.monotonic()) if lane.idle else 0.5)
+                timeout = max(0.001, poll_at - now) if lane.idle else 0.5
+                if not lane.work.empty() and (long_in := lane.next_long_run(now)) is not None:
+                    timeout = min(timeout, long_in + 0.001)  # then what waits behind it goes back
+                lane.cond.wait(timeout=timeout)
 
     def _dispatch(self, lane: Lane) -> None:
         try:
@@ -66,17 +86,19 @@ class DispatchMixin(PauseMixin):
                     for entry, _ in outcomes:
                         entry.writing = True
                 reports = [self._write_failure(r, o) for r, o in outcomes if not o.ok]
-                if self.stopping.is_set():
-                    self._give_back_unstarted(lane)
-                else:
+                self._give_back_unstarted(lane)
+                if not self.stopping.is_set():
                     self._held(lane)  # the paused queues this cycle leaves out
                 with lane.cond:  # a run that finished since this cycle's outcomes were taken is still
                     # RUNNING in the database until the next cycle writes it: it keeps its place
-                    room = lane.capacity(jobq_settings().claim_ahead) - lane.busy - len(lane.outcomes)
+                    claim_ahead = jobq_settings().claim_ahead
+                    room = lane.capacity(claim_ahead, time.monotonic()) - lane.busy - len(lane.outcomes)
                 with self._lock:
                     free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
-                jobs, done = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
+                jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
+                if self.burst and len(self.lanes) > 1 and outcomes and self._wrote_capped(outcomes):
+                    self._wake_others(lane)  # room under a cap (this lane's claim just took its share)
                 with self._lock:
                     self._claimed -= free - len(jobs)
                 starved = free > 0 and len(jobs) < free
@@ -84,18 +106,33 @@ class DispatchMixin(PauseMixin):
                     lane.idle = lane.paused or starved
                 if self.idle_lock is not None:  # producers notify while a lane may wait for work
                     self.idle_lock.report(lane.queue, starved)
-                self._hand_out(lane, jobs)
+                self._hand_out(lane, jobs, sent)
                 for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
                     report()
         finally:
             lane.done.set()
 
+    def _wake_others(self, lane: Lane) -> None:
+        """A burst lane whose claim a cap held back claims again now, not at the poll."""
+        for other in self.lanes.values():
+            if other is not lane:
+                with other.cond:
+                    other.woken = True
+                    other.cond.notify_all()
+
+    @staticmethod
+    def _wrote_capped(outcomes: list[tuple[Running, Outcome]]) -> bool:
+        capped = capped_tasks()
+        return bool(capped) and any(entry.job.task in capped for entry, _ in outcomes)
+
     def _cycle(
         self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int
-    ) -> tuple[list[Job], list[Report]]:
+    ) -> tuple[list[Job], list[Report], float]:
         """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues), in one
-        statement; none when there is nothing to write or claim (a paused lane's wake-up)."""
+        statement; none when there is nothing to write or claim (a paused lane's wake-up). Also returns
+        the monotonic time the statement was sent: the claimed jobs' leases run at least that long."""
         lease = jobq_settings().lease_seconds
+        sent = time.monotonic()
         to_write = [(r, o) for r, o in successes if not o.committed]  # atomic tasks wrote their own DONE
         done = [(r.job.id, o.fence, o.result_json or "null") for r, o in to_write]
         exclude = lane.exclude if lane.claims is not None else (*lane.exclude, *lane.held)
@@ -104,6 +141,7 @@ class DispatchMixin(PauseMixin):
         try:
             if done or limit:
                 Job.objects.bound_statements()
+                sent = time.monotonic()  # the claimed leases run for at least LEASE_SECONDS from here
                 completed, jobs = Job.objects.complete_and_claim(
                     self.worker_id, done, limit, lane.claims, lease, exclude=exclude
                 )
@@ -125,7 +163,7 @@ class DispatchMixin(PauseMixin):
                 reports.append(functools.partial(self._report_done, entry, outcome))
             else:
                 logger.warning("job %s: result not recorded, the job is no longer ours", entry.job.id)
-        return jobs, reports
+        return jobs, reports, sent
 
     def _resolve_unknown(
         self, lane: Lane, successes: list[tuple[Running, Outcome]], done: list[tuple[int, int, str]]
@@ -163,7 +201,7 @@ class DispatchMixin(PauseMixin):
             logger.error("job %s: could not record its failure (%s)", entry.job.id, exc)
             return None
 
-    def _hand_out(self, lane: Lane, jobs: list[Job]) -> None:
+    def _hand_out(self, lane: Lane, jobs: list[Job], claimed_at: float) -> None:
         if jobs and self.abandon.is_set():  # the shutdown's release may have run already
             released = self._db(lambda: Job.objects.release(self.worker_id), attempts=3) or []
             logger.warning(
@@ -175,7 +213,7 @@ class DispatchMixin(PauseMixin):
         for job in jobs:
             task = resolve_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
-            entry = Running(job, job.fence, job.attempts, lane, timeout)
+            entry = Running(job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at)
             with self._lock:
                 self._running[entry.key] = entry
             with lane.cond:
@@ -183,21 +221,29 @@ class DispatchMixin(PauseMixin):
             lane.work.put(entry)
 
     def _give_back_unstarted(self, lane: Lane) -> None:
-        """Stopping: the jobs claimed ahead that no slot has started go back to PENDING at once, without
-        using up an attempt (left RUNNING if the statement fails: the shutdown's release takes them)."""
-        entries: list[Running] = []
-        while True:
-            try:
-                entry = lane.work.get_nowait()
-            except queue.Empty:
-                break
-            if entry is None:  # a slot's stop sentinel: not ours to take
-                lane.work.put(None)
-                break
-            entries.append(entry)
+        """Claimed-ahead jobs no slot has started go back to PENDING at once, in their place, without
+        using up an attempt: all of them when stopping; otherwise those set aside by a slot (their lease
+        may have run out) and the surplus waiting behind long runs (Lane.surplus), newest first. Left
+        RUNNING if the statement fails: the lease, or the shutdown's release, takes them."""
+        stopping = self.stopping.is_set()
         with lane.cond:
-            entries += lane.unstarted
-            lane.unstarted = []
+            entries, lane.unstarted = lane.unstarted, []
+            surplus = lane.surplus(jobq_settings().claim_ahead, time.monotonic())
+        if stopping or surplus:
+            waiting: list[Running] = []
+            while True:
+                try:
+                    entry = lane.work.get_nowait()
+                except queue.Empty:
+                    break
+                if entry is None:  # a slot's stop sentinel: not ours to take
+                    lane.work.put(None)
+                    break
+                waiting.append(entry)
+            keep = [] if stopping else waiting[: max(0, len(waiting) - surplus)]
+            for entry in keep:  # the oldest claims stay, in order, for the slots
+                lane.work.put(entry)
+            entries += waiting[len(keep) :]
         if not entries:
             return
         runs = [(entry.job.id, entry.fence) for entry in entries]

@@ -3,6 +3,7 @@ and notices a lane whose every slot is stuck."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -12,10 +13,9 @@ from django.db import Error as DatabaseError
 from django.db import connections
 
 from ..conf import jobq_settings
-from ..exceptions import JobTimeout
 from ..models import Job
 from .dispatch import DispatchMixin
-from .runner import Outcome, format_error
+from .runner import timeout_outcome
 
 logger = logging.getLogger("django_jobq")
 
@@ -39,11 +39,18 @@ class HeartbeatMixin(DispatchMixin):
                     next_beat = time.monotonic() + min(1.0, conf.heartbeat_seconds)
 
     def _heartbeat(self, lease: float) -> None:
-        with self._lock:
-            held = [key for key, r in self._running.items() if not r.timed_out]
+        with self._lock:  # a run past its timeout too: its job stays ours until its function returns
+            held = list(self._running)
         Job.objects.bound_statements()
+        sent = time.monotonic()  # the renewed leases run for at least ``lease`` seconds from here
         refused = Job.objects.heartbeat(self.worker_id, held, lease)
         with self._lock:
+            for key in held:
+                if (entry := self._running.get(key)) is not None:
+                    if key in refused:
+                        entry.lost = True  # a slot never starts it (claimed ahead, not yet started)
+                    else:
+                        entry.renewed_at = max(entry.renewed_at, sent)
             lost = [key for key in held if key in refused and (r := self._running.get(key)) and not r.writing]
         if lost:
             logger.warning(
@@ -66,6 +73,10 @@ class HeartbeatMixin(DispatchMixin):
         )  # fmt: skip
 
     def _enforce_timeouts(self) -> None:
+        """Mark the runs past their timeout. An ``async def`` task is cancelled by its own slot; a plain
+        function cannot be interrupted, so its job stays RUNNING, leased and counted against its caps
+        until the function returns (it never runs twice at once), and then fails with JobTimeout
+        whatever it returned. A function that never returns wedges its slot (_check_stuck)."""
         now = time.monotonic()
         with self._lock:
             late = [
@@ -75,12 +86,30 @@ class HeartbeatMixin(DispatchMixin):
             ]
             for entry in late:
                 entry.timed_out = True
-                del self._running[entry.key]
         for entry in late:
-            # A sync function cannot be interrupted: fail the job now so it is retried; the slot stays busy
-            # until the function returns, and whatever it returns then is discarded.
-            error = format_error(JobTimeout(f"job {entry.job.id} ran past its timeout"))
-            self._write_failure(entry, Outcome(fence=entry.fence, attempt=entry.attempt, error=error))()
+            logger.error(
+                "job %s (%s) ran past its timeout of %ss; it fails with JobTimeout when its function returns",
+                entry.job.id, entry.job.task, entry.timeout,
+            )  # fmt: skip
+
+    def _fail_timed_out(self) -> None:
+        """Stopping with slots still inside timed-out functions (which end with the process): write each
+        run's JobTimeout failure instead of releasing it."""
+        with self._lock:
+            late = [r for r in self._running.values() if r.timed_out and not r.writing]
+            for entry in late:
+                entry.writing = True
+        for entry in late:
+            outcome = timeout_outcome(entry)
+            fail = functools.partial(
+                Job.objects.fail, entry.job.id, self.worker_id, outcome.error, fence=entry.fence,
+                error_class=outcome.error_class,
+            )  # fmt: skip
+            try:
+                self._db(fail, attempts=3)
+            except DatabaseError as exc:
+                logger.error("job %s: could not record its timeout (%s)", entry.job.id, exc)
+            self._forget(entry)
 
     def _check_stuck(self, patience: float) -> None:
         """A lane whose every slot is inside a timed-out job serves nothing; once it has been so for

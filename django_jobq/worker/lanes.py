@@ -51,6 +51,10 @@ class Running:
     deadline: float | None = None  # set when a slot starts it: after this, the watchdog fails the job
     timed_out: bool = False
     writing: bool = False  # its outcome is being written: the row may leave RUNNING at any moment
+    # monotonic time at which the statement that last set its lease (the claim, then each heartbeat)
+    # was sent: the lease runs at least LEASE_SECONDS from then, never longer than that is known
+    renewed_at: float = 0.0
+    lost: bool = False  # a heartbeat found the job no longer ours: never start it
 
     @property
     def key(self) -> tuple[int, int]:
@@ -61,7 +65,7 @@ class Running:
 class Lane:
     """One queue served by its own pool of slots, so a saturated lane never starves another.
     ``cond`` guards busy (jobs handed out and not yet finished, claimed-ahead ones included), outcomes,
-    idle, woken, run_seconds and unstarted; the worker's lock guards ``current``; ``held`` is
+    idle, woken, run_seconds, started and unstarted; the worker's lock guards ``current``; ``held`` is
     written by the lane's dispatcher only."""
 
     queue: str  # or ALL_QUEUES
@@ -78,15 +82,36 @@ class Lane:
     current: dict[int, Running] = field(default_factory=dict)  # slot number -> the run it is in
     stuck_since: float | None = None  # monotonic time since when every slot is stuck past a timeout
     run_seconds: float | None = None  # moving average of its runs' durations (None: none yet)
-    unstarted: list[Running] = field(default_factory=list)  # claimed ahead, set aside by a stopping slot
+    # claimed ahead and never started, set aside by a slot (stopping, or the lease may have run out)
+    unstarted: list[Running] = field(default_factory=list)
+    started: dict[int, float] = field(default_factory=dict)  # slot number -> monotonic start of its run
 
-    def capacity(self, claim_ahead: int) -> int:
+    def _short(self) -> bool:
+        return self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS
+
+    def _short_slots(self, now: float) -> int:
+        """Slots not inside a run that has already lasted past the short-run threshold."""
+        return self.slots - sum(1 for began in self.started.values() if now - began >= SHORT_RUN_SECONDS)
+
+    def capacity(self, claim_ahead: int, now: float) -> int:
         """Jobs the lane may hold at once: one per slot, plus ``claim_ahead`` per slot while its runs
         are short, so that a slot finds its next job waiting instead of waiting for the next claim.
-        A job claimed ahead waits for at most ``claim_ahead`` short runs; the heartbeat renews its lease
-        meanwhile, and a stopping worker gives it back at once."""
-        short = self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS
-        return self.slots * (1 + claim_ahead) if short else self.slots
+        A slot whose current run has outlasted the threshold earns no job ahead: nothing waits behind
+        a long run. A job claimed ahead waits for at most ``claim_ahead`` short runs; the heartbeat
+        renews its lease meanwhile, and a stopping worker gives it back at once. Holds cond."""
+        return self.slots + claim_ahead * self._short_slots(now) if self._short() else self.slots
+
+    def surplus(self, claim_ahead: int, now: float) -> int:
+        """Claimed-ahead jobs waiting beyond what the lane may keep (its free slots, and ``claim_ahead``
+        per slot in a short run): they go back to PENDING at once for any worker. Holds cond."""
+        free = self.slots - len(self.started)
+        ahead = claim_ahead * self._short_slots(now) if self._short() else 0
+        return max(0, self.work.qsize() - free - ahead)
+
+    def next_long_run(self, now: float) -> float | None:
+        """Seconds until a current run passes the short-run threshold (None: none will)."""
+        left = [began + SHORT_RUN_SECONDS - now for began in self.started.values()]
+        return min((t for t in left if t > 0), default=None)
 
     def ran(self, seconds: float) -> None:
         """Fold one run's duration into the average. Holds cond."""

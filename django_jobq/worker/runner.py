@@ -28,6 +28,7 @@ from ..tasks import Task
 
 if TYPE_CHECKING:
     from ..models import Job
+    from .lanes import Running
 
 logger = logging.getLogger("django_jobq")
 
@@ -35,6 +36,9 @@ logger = logging.getLogger("django_jobq")
 OnAttempt = Callable[[int, int], bool]
 # Runs a progress or lease write on the worker's own connection (see SideWriter).
 SideWrite = Callable[[Callable[[], bool]], bool]
+# Waits the given seconds before an in-slot retry: None to retry in the slot, or the seconds still to
+# wait when the retry should go back to the queue instead (the slot is wanted, or the worker stops).
+RetryWait = Callable[[float], float | None]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -58,6 +62,15 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.error is None and not self.abandoned and self.snooze is None
+
+
+def timeout_outcome(entry: Running, duration: float = 0.0) -> Outcome:
+    """The failure of a run that went past its timeout (retried, or DEAD at its last attempt)."""
+    exc = JobTimeout(f"job {entry.job.id} ran past its timeout of {entry.timeout}s")
+    return Outcome(
+        fence=entry.fence, attempt=entry.attempt, error=format_error(exc), error_class=class_path(exc),
+        duration=duration,
+    )  # fmt: skip
 
 
 class StaleRun(Exception):
@@ -109,11 +122,21 @@ def format_error(exc: BaseException) -> str:
 class SlotRunner:
     """Executes jobs in one slot thread; owns the slot's event loop for ``async def`` tasks."""
 
-    def __init__(self, worker_id: str, stopping: threading.Event, side_write: SideWrite | None = None):
+    def __init__(
+        self,
+        worker_id: str,
+        stopping: threading.Event,
+        side_write: SideWrite | None = None,
+        wait_to_retry: RetryWait | None = None,
+    ):
         self.worker_id = worker_id
         self.stopping = stopping
         self.side_write = side_write
+        self.wait_to_retry = wait_to_retry or self._wait_unless_stopping
         self._loop: asyncio.Runner | None = None
+
+    def _wait_unless_stopping(self, delay: float) -> float | None:
+        return 0.0 if self.stopping.wait(delay) else None
 
     def close(self) -> None:
         if self._loop is not None:
@@ -175,14 +198,18 @@ class SlotRunner:
                         backoff=delay,
                         duration=duration,
                     )
-                # A short delay: wait in the slot, keeping the job (the heartbeat renews its lease).
-                # Stopping meanwhile, or the database away: this attempt fails the usual way.
+                # A short delay: wait in the slot, keeping the job (the heartbeat renews its lease),
+                # while the lane has nothing else due. Stopping meanwhile, other work due, or the
+                # database away: this attempt fails the usual way, its retry due when the wait would end.
+                if (left := self.wait_to_retry(delay)) is not None:
+                    return Outcome(
+                        fence=fence, attempt=attempt, error=error, error_class=error_class, backoff=left,
+                        duration=duration,
+                    )  # fmt: skip
                 retry_now = Outcome(
                     fence=fence, attempt=attempt, error=error, error_class=error_class, backoff=0,
                     duration=duration,
                 )  # fmt: skip
-                if self.stopping.wait(delay):
-                    return retry_now
                 from ..models import Job as JobModel
 
                 try:

@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 
+from django.db import Error as DatabaseError
+
 from ..conf import jobq_settings
+from ..models import Job
 from ..registry import find_task
 from .base import WorkerBase
 from .lanes import Lane, Running
-from .runner import Outcome, SlotRunner, format_error
+from .runner import Outcome, SlotRunner, format_error, timeout_outcome
 from .side import SideWriter
+
+logger = logging.getLogger("django_jobq")
 
 
 class SlotMixin(WorkerBase):
     _side_writer: SideWriter  # progress and lease writes off the task's connection
 
     def _slot(self, lane: Lane, number: int) -> None:
-        runner = SlotRunner(self.worker_id, self.stopping, self._side_writer)
+        runner = SlotRunner(
+            self.worker_id,
+            self.stopping,
+            self._side_writer,
+            functools.partial(self._wait_to_retry, lane, number),
+        )
         try:
             while (entry := lane.work.get()) is not None:
-                if self.stopping.is_set():  # a job claimed ahead: never started once stopping
-                    with lane.cond:
+                if self.stopping.is_set() or not self._still_ours(entry):
+                    with lane.cond:  # never started: the dispatcher gives it back
                         lane.unstarted.append(entry)
                         lane.cond.notify_all()
                     continue
@@ -28,12 +40,31 @@ class SlotMixin(WorkerBase):
         finally:
             runner.close()
 
+    def _still_ours(self, entry: Running) -> bool:
+        """May a slot start this job now? Not when a heartbeat found it lost, nor when its lease may
+        have run out: a job claimed ahead waits in the lane while the heartbeat renews its lease, and
+        if the renewals stop reaching the database (a partition, a stalled server) the reaper may
+        already have handed it to another worker. Starting it only while the last known renewal is
+        younger than the lease less one heartbeat leaves a heartbeat's margin before any reap."""
+        conf = jobq_settings()
+        with self._lock:
+            age = time.monotonic() - entry.renewed_at
+            if not entry.lost and age < conf.lease_seconds - conf.heartbeat_seconds:
+                return True
+        logger.warning(
+            "worker %s: job %s was claimed ahead and its lease may have expired (last renewed %.1fs ago); "
+            "giving it back unstarted", self.worker_id, entry.job.id, age,
+        )  # fmt: skip
+        return False
+
     def _run_one(self, lane: Lane, number: int, runner: SlotRunner, entry: Running) -> None:
         current = entry
         started = time.monotonic()
         with self._lock:
             entry.deadline = started + entry.timeout if entry.timeout else None
             lane.current[number] = entry
+        with lane.cond:
+            lane.started[number] = started
 
         def on_attempt(attempt: int, fence: int) -> bool:
             nonlocal current
@@ -44,12 +75,15 @@ class SlotMixin(WorkerBase):
             outcome = runner.run(entry.job, entry.fence, entry.attempt, on_attempt)
         except BaseException as exc:  # never let a job end the slot
             outcome = Outcome(fence=current.fence, attempt=current.attempt, error=format_error(exc))
+        if current.timed_out and not outcome.abandoned:  # whatever it returned: failed, as timed out
+            outcome = timeout_outcome(current, outcome.duration)
         with self._lock:
             lane.current.pop(number, None)
-            discard = current.timed_out or outcome.abandoned
+            discard = outcome.abandoned
             if discard and self._running.get(current.key) is current:
                 del self._running[current.key]
         with lane.cond:
+            lane.started.pop(number, None)
             lane.busy -= 1
             lane.ran(time.monotonic() - started)
             if not discard:
@@ -71,3 +105,31 @@ class SlotMixin(WorkerBase):
             self._running[new.key] = new
             old.lane.current[number] = new
         return new
+
+    def _wait_to_retry(self, lane: Lane, number: int, delay: float) -> float | None:
+        """Wait ``delay`` seconds in the slot before an in-slot retry, but only while the lane has
+        nothing else due: None when the wait ran out (retry now, in this slot); otherwise the seconds
+        still to wait, for a retry written back to the queue that frees the slot (0 when stopping).
+        Other work is due when a claimed job waits for a slot, or when the lane has no free slot and
+        a due job waits in the database (checked at each wake-up and each poll interval)."""
+        deadline = time.monotonic() + delay
+        while True:
+            left = deadline - time.monotonic()
+            with self._lock:
+                timed_out = (run := lane.current.get(number)) is not None and run.timed_out
+            if self.stopping.is_set() or timed_out:  # a run past its timeout fails as such, no retry here
+                return 0.0
+            if left <= 0:
+                return None
+            with lane.cond:
+                queued, free = not lane.work.empty(), lane.busy < lane.slots
+            if queued or (not free and self._other_work_due(lane)):
+                return left
+            with lane.cond:
+                lane.cond.wait(timeout=min(left, self.poll_interval))
+
+    def _other_work_due(self, lane: Lane) -> bool:
+        try:
+            return Job.objects.due_exists(lane.claims, exclude=(*lane.exclude, *lane.held))
+        except DatabaseError:  # the database away: keep waiting; the retry's own write tells
+            return False

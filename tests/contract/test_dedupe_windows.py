@@ -262,16 +262,75 @@ def test_debounce_pushes_the_run_back_so_a_burst_runs_once_after_the_last_call(c
     assert Job.objects.claim("w1").payload == {"i": 49}
 
 
-@pytest.mark.parametrize("mode", ["replace", "debounce"])
-def test_replace_and_debounce_never_modify_a_running_or_finished_holder(clock, mode):
+def test_replace_never_modifies_a_running_or_finished_holder(clock):
     first = Job.objects.enqueue("test.echo", {"v": 1}, dedupe_key="k")
     job = Job.objects.claim("w1")
-    assert Job.objects.enqueue("test.echo", {"v": 2}, dedupe_key="k", delay=5, on_duplicate=mode) is None
+    assert Job.objects.enqueue("test.echo", {"v": 2}, dedupe_key="k", delay=5, on_duplicate="replace") is None
     running = Job.objects.get(id=first)
     assert running.payload == {"v": 1} and running.fence == job.fence and running.status == JobStatus.RUNNING
     Job.objects.complete(first, "w1", fence=job.fence)
-    assert Job.objects.enqueue("test.echo", {"v": 3}, dedupe_key="k", delay=5, on_duplicate=mode) is None
+    assert Job.objects.enqueue("test.echo", {"v": 3}, dedupe_key="k", delay=5, on_duplicate="replace") is None
     assert Job.objects.get(id=first).payload == {"v": 1}
+
+
+def debounce(payload: dict) -> int | None:
+    return Job.objects.enqueue("test.echo", payload, dedupe_key="k", delay=10, on_duplicate="debounce")
+
+
+@pytest.mark.p0
+def test_a_burst_while_the_holder_runs_gets_one_successor_that_runs_after_its_last_call(clock):
+    first = debounce({"v": 1})
+    at(clock, 10)
+    job = Job.objects.claim("w1")
+    assert job.id == first
+    at(clock, 11)
+    successor = debounce({"v": 2})
+    at(clock, 12)
+    assert debounce({"v": 3}) == successor  # later calls of the burst replace the successor's payload
+    assert successor not in (None, first)
+    running = Job.objects.get(id=first)  # the holder is never touched, only its key passes on
+    assert (running.status, running.payload, running.fence) == (JobStatus.RUNNING, {"v": 1}, job.fence)
+    assert running.key_released
+    assert Job.objects.enqueue("test.echo", {"v": 4}, dedupe_key="k") is None  # the successor holds it
+    assert Job.objects.complete(first, "w1", fence=job.fence)
+    at(clock, 12 + 9.9)
+    assert Job.objects.claim("w1") is None  # its quiet period is not over
+    at(clock, 12 + 10)
+    assert Job.objects.claim("w1").payload == {"v": 3}
+    assert Job.objects.filter(dedupe_key="k").count() == 2
+
+
+@pytest.mark.p0
+@pytest.mark.parametrize("dead", [False, True])
+def test_every_later_burst_inside_the_window_runs_once_after_its_last_call(clock, dead):
+    """A finished holder keeps its key for skip and replace (dedupe_done, 24 h), not from a debounce:
+    each burst runs, with its last payload."""
+    ran = []
+    for burst in range(3):
+        start = burst * 100  # inside both default windows (24 h after DONE, 5 min after DEAD)
+        for i in range(5):
+            at(clock, start + i)
+            debounce({"burst": burst, "i": i})
+        at(clock, start + 4 + 10)
+        job = Job.objects.claim("w1")
+        assert job is not None and Job.objects.claim("w1") is None
+        ran.append(job.payload)
+        if dead:
+            Job.objects.fail(job.id, "w1", "boom", permanent=True, fence=job.fence)
+        else:
+            Job.objects.complete(job.id, "w1", fence=job.fence)
+        assert Job.objects.enqueue("test.echo", {}, dedupe_key="k") is None  # inside the window for skip
+    assert ran == [{"burst": b, "i": 4} for b in range(3)]
+
+
+def test_concurrent_debounces_while_the_holder_runs_make_one_successor(clock):
+    first = debounce({"v": 0})
+    at(clock, 10)
+    assert Job.objects.claim("w1").id == first
+    answers = race(8, lambda: debounce({"t": threading.get_ident()}))
+    assert len(set(answers)) == 1 and None not in answers and first not in answers
+    assert Job.objects.filter(dedupe_key="k", status=JobStatus.PENDING).count() == 1
+    assert Job.objects.filter(dedupe_key="k", key_released=False).count() == 1
 
 
 def test_replace_leaves_a_holder_of_another_task_alone(clock):

@@ -40,6 +40,27 @@ def test_a_pass_publishes_each_due_tick_once_and_advances(python_clock):
 
 
 @pytest.mark.django_db
+def test_schedules_that_keep_failing_at_enqueue_never_keep_a_pass_from_the_ones_after_them(python_clock):
+    """Schedules whose enqueue fails stay due with their old next_run_at, so they sort first in every
+    batch (next_run_at, id). A pass used to lock the same failing rows again in each of its batches: with
+    at least a batch of them (BATCH, 500, by default; 5 here) it never reached a later schedule, in any
+    pass, for as long as they failed (forever under "latest"). A pass now leaves out what it already
+    tried, so every due schedule is reached, and the failing ones are tried once per pass."""
+    due = dt.datetime(2026, 4, 1, 9, 0, tzinfo=dt.UTC)
+    with time_machine.travel(T0, tick=False):
+        for n in range(5):  # a task removed from the code after its schedules were made: UnknownTask
+            Schedule.objects.create(name=f"gone{n}", task="test.removed", cron="* * * * *", missed="latest",
+                                    next_run_at=due)  # fmt: skip
+        make("later", cron="* * * * *", next_run_at=due)
+        result = Scheduler(batch=5).run_once()
+    assert sorted(result.failed) == [f"gone{n}" for n in range(5)]
+    assert result.published == {"later": [due]}
+    assert list(Job.objects.values_list("dedupe_key", flat=True)) == ["schedule:later:2026-04-01T09:00:00Z"]
+    left = Schedule.objects.filter(name__startswith="gone").values_list("next_run_at", flat=True)
+    assert set(left) == {due}  # still due: tried again on the next pass
+
+
+@pytest.mark.django_db
 def test_the_settings_sync_writes_what_changed_and_disables_what_was_removed(settings):
     entry = {"TASK": "test.noop", "CRON": "*/5 * * * *"}
     settings.JOBQ = {**settings.JOBQ, "SCHEDULES": {"five": entry}}

@@ -272,6 +272,27 @@ def test_requeue_action_with_permission_requeues_and_logs(staff):
     assert all(e.content_type.model_class() is Job for e in entries)
 
 
+@pytest.mark.p1
+@pytest.mark.django_db(transaction=True)
+def test_a_requeued_job_wakes_a_waiting_worker(staff, a_worker_waits):
+    """A dead job requeued to run now used to send no NOTIFY: a worker asleep waiting for work found it
+    only at its next poll. The requeue now notifies its queue as an enqueue does; one requeued to run
+    later wakes nobody (no worker could claim it yet)."""
+    import psycopg
+
+    from django_jobq.listener import connection_params
+
+    client = staff("view_job", "requeue_job")
+    now, later = dead_job(queue="now"), dead_job(queue="later")
+    with psycopg.connect(**connection_params("default"), autocommit=True) as listen:
+        listen.execute("LISTEN jobq")
+        act(client, DEAD, "requeue_selected", [now])
+        assert [n.payload for n in listen.notifies(timeout=0.5)] == ["now"]
+        assert Job.objects.requeue(later.pk, run_at=timezone.now() + dt.timedelta(hours=1))
+        assert [n.payload for n in listen.notifies(timeout=0.5)] == []
+    assert status_of(now) == status_of(later) == JobStatus.PENDING
+
+
 @pytest.mark.p0
 def test_requeue_without_permission_is_refused(staff):
     client = staff("view_job", "delete_job")

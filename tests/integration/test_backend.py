@@ -10,7 +10,13 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from django_jobq.backend import JobqBackend, JobqTask, jobq_priority
-from django_jobq.exceptions import ArgumentsNotJSON, PayloadMismatch, PayloadTooLarge
+from django_jobq.exceptions import (
+    ArgumentsNotJSON,
+    DedupeKeyConflict,
+    JobqError,
+    PayloadMismatch,
+    PayloadTooLarge,
+)
 from django_jobq.listener import connection_params
 from django_jobq.models import Job, JobStatus
 from django_jobq.registry import find_task
@@ -207,6 +213,44 @@ def test_replace_with_a_running_holder_answers_the_holders_result():
     Job.objects.filter(id=int(first.id)).update(status=JobStatus.RUNNING, worker_id="w1")
     second = dtasks.add.using(dedupe_key="k2", on_duplicate="replace").enqueue(2, 2)
     assert second.id == first.id and second.status == TaskResultStatus.RUNNING and second.args == [1, 1]
+
+
+def test_a_key_held_by_another_django_tasks_job_is_a_conflict_in_every_mode():
+    holder = dtasks.add.using(dedupe_key="k3").enqueue(1, 1)
+    for mode in ("skip", "replace"):
+        with pytest.raises(DedupeKeyConflict, match=f"job {holder.id} of task 'tests.testapp.dtasks.add'"):
+            dtasks.always_fails.using(dedupe_key="k3", on_duplicate=mode).enqueue("x")
+    job = Job.objects.get()  # the holder, untouched
+    assert str(job.id) == holder.id and job.payload == {"args": [1, 1], "kwargs": {}}
+
+
+def test_a_key_held_by_a_native_job_is_a_conflict_not_a_missing_result():
+    native = Job.objects.enqueue("test.noop", dedupe_key="k4")
+    with pytest.raises(DedupeKeyConflict, match=f"job {native} of task 'test.noop'") as conflict:
+        dtasks.add.using(dedupe_key="k4").enqueue(1, 1)
+    assert isinstance(conflict.value, JobqError) and conflict.value.holder_id == native
+    assert conflict.value.holder_task == "test.noop" and Job.objects.count() == 1
+
+
+def test_enqueue_validates_the_task_against_the_current_tasks_setting(settings):
+    """A task made under one TASKS is refused, as Django's backends refuse it, by one that does not
+    list its queue; enqueue and aenqueue alike, writing nothing."""
+    emails = dtasks.add.using(queue_name="emails")
+    settings.TASKS = {"default": {"BACKEND": "django_jobq.backend.JobqBackend", "QUEUES": ["default"]}}
+    with pytest.raises(InvalidTask, match="Queue 'emails' is not valid"):
+        emails.enqueue(1, 1)
+
+    async def scenario():
+        try:
+            await emails.aenqueue(1, 1)
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    with pytest.raises(InvalidTask, match="Queue 'emails' is not valid"):
+        asyncio.run(scenario())
+    assert not Job.objects.exists()
+    dtasks.add.enqueue(1, 1)  # a queue the setting lists still enqueues
+    assert Job.objects.get().queue == "default"
 
 
 def test_using_refuses_options_that_belong_to_the_decorator():

@@ -1,12 +1,17 @@
-"""JOBQ["QUEUES"][q]["MAX_DEPTH"]: past the limit enqueue raises QueueFull and writes nothing; under
-concurrent producers the depth exceeds the limit by at most one job per concurrent call."""
+"""JOBQ["QUEUES"][q]["MAX_DEPTH"]: past the limit enqueue raises QueueFull and writes nothing, whatever
+brought the jobs back to PENDING; under concurrent producers the depth exceeds the limit by at most one
+job per concurrent call; an enqueue that adds nothing to claim sends no NOTIFY."""
 
+import datetime as dt
 import threading
 
+import psycopg
 import pytest
-from django.db import connection, connections
+import time_machine
+from django.db import connection, connections, transaction
 
 from django_jobq import QueueFull
+from django_jobq.listener import connection_params
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, QueueState
 from django_jobq.sql import POSTGRES as postgres
@@ -71,6 +76,33 @@ def test_a_duplicate_in_a_full_queue_is_answered_as_a_duplicate(limit):
         Job.objects.enqueue("test.echo", {"v": 5}, queue="small", dedupe_key="other")
 
 
+def test_a_debounce_successor_needs_room_and_its_replacement_none(limit):
+    """A debounce while its holder runs adds a job (the successor): it needs room; a later call of the
+    burst only replaces the successor's payload, so it is accepted even in a full queue."""
+    limit(1)
+    holder = Job.objects.enqueue("test.echo", {"v": 1}, queue="small", dedupe_key="k")
+    assert Job.objects.claim("w1", queues=["small"]).id == holder
+    filler = Job.objects.enqueue("test.noop", queue="small")
+    with pytest.raises(QueueFull):
+        Job.objects.enqueue(
+            "test.echo", {"v": 2}, queue="small", dedupe_key="k", delay=5, on_duplicate="debounce"
+        )
+    assert Job.objects.filter(dedupe_key="k").count() == 1
+    assert not Job.objects.get(id=holder).key_released  # nothing written, not even the key's passing
+    assert Job.objects.claim("w2", queues=["small"]).id == filler
+    successor = Job.objects.enqueue(
+        "test.echo", {"v": 3}, queue="small", dedupe_key="k", delay=5, on_duplicate="debounce"
+    )
+    assert successor not in (None, holder)
+    assert (
+        Job.objects.enqueue(
+            "test.echo", {"v": 4}, queue="small", dedupe_key="k", delay=5, on_duplicate="debounce"
+        )
+        == successor
+    )
+    assert Job.objects.get(id=successor).payload == {"v": 4} and pending() == 1
+
+
 def test_enqueue_many_is_all_or_nothing(limit):
     limit(10)
     Job.objects.enqueue_many(NewJob("test.noop", queue="small") for _ in range(8))
@@ -99,6 +131,78 @@ def test_the_reapers_baseline_is_a_bound_that_claims_only_loosen(limit):
     assert [bool(Job.objects.enqueue("test.noop", queue="small")) for _ in range(3)] == [True] * 3
     with pytest.raises(QueueFull):
         Job.objects.enqueue("test.noop", queue="small")
+
+
+def enqueues(n: int, queue: str = "small") -> int:
+    """``n`` sequential enqueues into ``queue``; how many were accepted (the others raised QueueFull)."""
+    accepted = 0
+    for _ in range(n):
+        try:
+            Job.objects.enqueue("test.noop", queue=queue)
+            accepted += 1
+        except QueueFull:
+            pass
+    return accepted
+
+
+@pytest.mark.p0
+@pytest.mark.parametrize("back", ["release", "retry", "reap", "requeue"])
+def test_jobs_back_in_pending_after_the_baseline_count_against_the_limit(limit, python_clock, back):
+    """Claimed (or DEAD) when the reaper records its baseline, then PENDING again: sequential enqueues
+    still stop at MAX_DEPTH."""
+    limit(10)
+    with time_machine.travel(dt.datetime(2026, 6, 1, tzinfo=dt.UTC), tick=False) as clock:
+        Job.objects.enqueue_many(NewJob("test.noop", queue="small", max_attempts=3) for _ in range(10))
+        jobs = Job.objects.claim_batch("w1", 10, queues=["small"], lease_seconds=30)
+        assert len(jobs) == 10
+        if back == "requeue":
+            for job in jobs:
+                Job.objects.fail(job.id, "w1", "boom", permanent=True, fence=job.fence)
+        Job.objects.refresh_depths()
+        if back == "release":
+            assert len(Job.objects.release("w1")) == 10
+        elif back == "retry":
+            for job in jobs:
+                Job.objects.fail(job.id, "w1", "boom", backoff_seconds=0, fence=job.fence)
+        elif back == "reap":
+            clock.shift(31)
+            assert len(Job.objects.reap()) == 10
+        else:
+            assert all(Job.objects.requeue(job.id) for job in jobs)
+        assert pending() == 10
+        assert enqueues(10) == 0
+        assert pending() == 10
+
+
+@pytest.mark.p0
+@pytest.mark.parametrize("earlier_baseline", [False, True])
+def test_jobs_of_a_transaction_open_across_the_reapers_pass_count_once_it_commits(limit, earlier_baseline):
+    limit(10)
+    if earlier_baseline:
+        Job.objects.refresh_depths()
+    inserted, commit = threading.Event(), threading.Event()
+
+    def producer() -> None:
+        try:
+            with transaction.atomic():
+                for _ in range(9):
+                    Job.objects.enqueue("test.noop", queue="small")
+                inserted.set()
+                commit.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    assert inserted.wait(10)
+    try:
+        Job.objects.refresh_depths()  # the pass cannot see the 9 jobs, nor count them
+    finally:
+        commit.set()
+        thread.join()
+    assert pending() == 9
+    assert enqueues(10) == 1
+    assert pending() == 10
 
 
 @pytest.mark.p0
@@ -131,6 +235,44 @@ def test_eight_concurrent_producers_exceed_the_limit_by_at_most_one_job_each(lim
     assert depth == len(accepted) and len(accepted) + len(refused) == 160
     assert 50 <= depth <= 50 + 8  # the stated bound: one job over per concurrent producer at most
     assert refused  # the limit did refuse
+
+
+def notifications(listen: psycopg.Connection, timeout: float = 0.5) -> list[str]:
+    return [n.payload for n in listen.notifies(timeout=timeout)]
+
+
+@pytest.mark.p0
+@pytest.mark.parametrize("gated", [True, False])
+def test_an_enqueue_that_adds_nothing_to_claim_sends_no_notification(limit, a_worker_waits, gated):
+    """No job written (a skipped duplicate, QueueFull) or nothing new due (a debounce that pushed its
+    holder back): no NOTIFY, which every worker would read as "claim again". A real insert notifies."""
+    if gated:
+        limit(2)
+    with psycopg.connect(**connection_params("default"), autocommit=True) as listen:
+        listen.execute("LISTEN jobq")
+        notifications(listen, 0.2)  # whatever the idle lock's taking sent
+        holder = Job.objects.enqueue("test.echo", {"v": 1}, queue="small", dedupe_key="k")
+        assert notifications(listen) == ["small"]
+        assert Job.objects.enqueue("test.echo", {"v": 2}, queue="small", dedupe_key="k") is None
+        debounced = Job.objects.enqueue(
+            "test.echo", {"v": 3}, queue="small", dedupe_key="k", delay=30, on_duplicate="debounce"
+        )
+        assert debounced == holder
+        assert notifications(listen) == []
+        replaced = Job.objects.enqueue(
+            "test.echo", {"v": 4}, queue="small", dedupe_key="k", on_duplicate="replace"
+        )
+        assert replaced == holder  # due now again: worth a claim
+        assert notifications(listen) == ["small"]
+        if gated:
+            Job.objects.enqueue("test.noop", queue="small")  # the queue is full now
+            assert notifications(listen) == ["small"]
+            for key in (None, "other"):
+                with pytest.raises(QueueFull):
+                    Job.objects.enqueue("test.noop", queue="small", dedupe_key=key)
+            with pytest.raises(QueueFull):
+                Job.objects.enqueue_or_get("test.noop", queue="small", dedupe_key="other")
+            assert notifications(listen) == []
 
 
 def _analyze(sql: str, params: dict) -> dict:

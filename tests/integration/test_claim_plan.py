@@ -25,8 +25,12 @@ HOT = {
     },
     "COMPLETE_MANY": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "results": ["null", "null"]},
     "HEARTBEAT": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "lease": 30},
-    "RELEASE_UNSTARTED": {"worker_id": "w", "ids": [1, 2], "fences": [1, 1]},
+    "RELEASE_UNSTARTED": {
+        "worker_id": "w", "ids": [1, 2], "fences": [1, 1], "notify": True, "channel": "jobq",
+    },
 }  # fmt: skip
+# Reads of the backlog only: the claim index, never the table.
+BACKLOG_READS = {"DUE_EXISTS": {"queue": "default"}, "DUE_EXISTS_REST": {"exclude": ["emails"]}}
 
 
 def _insert(status: int, rows: int) -> None:
@@ -96,3 +100,10 @@ def test_generic_plans_of_hot_statements_never_scan_the_table(busy_table, name):
     assert ("Seq Scan", None) not in scans, scans
     assert not [s for s in scans if s[0] == "Bitmap Heap Scan"], scans
     assert ("Index Scan", "jobq_job_pkey") in scans, scans
+
+
+@pytest.mark.parametrize("name", sorted(BACKLOG_READS))
+def test_generic_plans_of_backlog_reads_use_only_the_claim_index(busy_table, name):
+    plan = _generic_plan(getattr(postgres, name), BACKLOG_READS[name])
+    scans = {(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan) if "Scan" in n["Node Type"]}
+    assert scans <= {("Index Only Scan", "jobq_job_claim"), ("Index Scan", "jobq_job_claim")}, scans

@@ -180,3 +180,22 @@ def _lock_holders() -> list[int]:
             "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'jobq-idle-lock'"
         ).fetchall()
     return [row[0] for row in rows]
+
+
+def test_a_worker_whose_idle_lock_session_is_killed_takes_it_again_at_once(worker_thread, monkeypatch):
+    """The server ends the idle lock's session: the worker notices on the socket, not at its health
+    check (here an hour away, as is its poll), takes the lock again on a new session, and the next
+    enqueue, which then notifies, starts at once."""
+    monkeypatch.setattr(idle_lock, "HEALTH_CHECK_SECONDS", HOUR)
+    worker = worker_thread({"default": 1}, poll_interval=HOUR)
+    wait_until(lambda: worker.idle_lock and worker.idle_lock.held.is_set(), message="idle lock taken")
+    first = _lock_holders()
+    with psycopg.connect(**connection_params("default"), autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", first)
+    wait_until(
+        lambda: len(now := _lock_holders()) == 1 and now != first,
+        timeout=30,
+        message="the idle lock taken again on a new session",
+    )
+    job = Job.objects.enqueue("test.noop")
+    wait_until(lambda: Job.objects.get(id=job).status == JobStatus.DONE, timeout=30, message="the job")

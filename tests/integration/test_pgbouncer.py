@@ -34,8 +34,15 @@ FAST_LEASE = {"JOBQ_LEASE_SECONDS": "2", "JOBQ_HEARTBEAT_SECONDS": "0.5"}
 
 @pytest.fixture(scope="module")
 def pooler():
-    """A PgBouncer in transaction mode in front of the test server, for this module."""
-    running = bouncer.PgBouncer(pool_size=4).start()
+    """A PgBouncer in transaction mode in front of the test server (DATABASE_URL's host, port and user,
+    so a server on another port than 5432 is the one pooled), for this module."""
+    db = connection.settings_dict
+    running = bouncer.PgBouncer(
+        host=db["HOST"] or "127.0.0.1",
+        port=int(db["PORT"] or 5432),
+        user=db["USER"] or "postgres",
+        pool_size=4,
+    ).start()
     yield running
     running.stop()
 

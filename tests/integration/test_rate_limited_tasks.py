@@ -81,6 +81,8 @@ def test_the_reaper_prunes_rate_limit_rows_at_rest(python_clock):
         bucket = TokenBucket("reaper-test", 1, 1, 1)
         assert bucket.acquire()
         assert Reaper().run_once().pruned_rates == 0  # not full again yet: its state matters
-        clock.shift(2)
+        clock.shift(2)  # full again, and kept until its rest step ends (a minute at most)
+        assert Reaper().run_once().pruned_rates == 0
+        clock.shift(60)
         assert Reaper().run_once().pruned_rates == 1
         assert bucket.acquire()  # a pruned key starts full, as it would have been

@@ -18,11 +18,14 @@ import psycopg
 import pytest
 import time_machine
 from django.db import connection, transaction
+from django.utils import timezone
 
 from django_jobq import InvalidJob, RateLimitUnavailable, autocommit, ratelimit
+from django_jobq.listener import connection_params
 from django_jobq.models import RateBucket, RateWindow
 from django_jobq.ratelimit import SlidingWindow, TokenBucket, prune
-from tests.conftest import run_module
+from django_jobq.sql.postgres_ratelimit import REST_STEP_SECONDS
+from tests.conftest import plan_nodes, run_module, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
 
@@ -224,18 +227,39 @@ def test_fail_open_lets_the_call_pass_and_logs_a_warning(kind, database_down, ca
     assert [r.levelname for r in caplog.records if key in r.getMessage()] == ["WARNING", "WARNING"]
 
 
-def test_a_session_the_server_ended_fails_closed_once_then_a_new_one_is_used():
+def test_a_session_ended_mid_statement_fails_closed_once_then_a_new_one_is_used():
+    """A session that ends while idle is replaced before use (tests/integration/test_autocommit.py);
+    one that ends during the statement fails the call."""
     bucket = TokenBucket(fresh("terminated"), rate=1, per=SLOW, burst=5)
-    autocommit.close_all()
     assert bucket.acquire() is True
-    [conn] = autocommit.pool("default").idle
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [conn.info.backend_pid])
+    failed: list[BaseException] = []
+
+    def blocked() -> None:
+        try:
+            bucket.acquire()
+        except BaseException as exc:
+            failed.append(exc)
+
+    params = connection_params("default")
+    with psycopg.connect(**params) as holder, psycopg.connect(**params, autocommit=True) as watcher:
+        holder.execute("SELECT 1 FROM jobq_rate_bucket WHERE key = %s FOR UPDATE", [bucket.key])  # held
+        thread = threading.Thread(target=blocked)
+        thread.start()
+        [pid] = wait_until(lambda: _waiting_on_a_lock(watcher), timeout=10, message="the acquire to wait")
+        watcher.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
+        thread.join(timeout=10)
+        holder.rollback()
     # The statement may or may not have run before the session ended: no retry, so never a permit twice.
-    with pytest.raises(RateLimitUnavailable):
-        bucket.acquire()
-    assert conn.closed
+    assert [type(exc) for exc in failed] == [RateLimitUnavailable]
     assert bucket.acquire() is True
+
+
+def _waiting_on_a_lock(conn) -> list[int]:
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-autocommit'"
+        " AND datname = current_database() AND wait_event_type = 'Lock'"
+    ).fetchall()
+    return [pid for (pid,) in rows]
 
 
 def test_a_key_locked_past_lock_timeout_is_unavailable(settings):
@@ -268,14 +292,17 @@ def sleeps(monkeypatch):
     return slept
 
 
-def test_acquire_with_wait_returns_true_after_one_sleep_until_the_refill(sleeps):
-    bucket = TokenBucket(fresh("wait"), rate=20, per=1, burst=1)
-    assert [bucket.acquire(), bucket.acquire()] == [True, False]
-    assert bucket.acquire(wait=0.5) is True
-    assert len(sleeps) == 1 and 0 < sleeps[0] <= 1 / 20  # as long as the database said, once
-    window = SlidingWindow(fresh("wait"), limit=2, window=0.1)
-    assert [window.acquire(2), window.acquire(wait=0.5)] == [True, True]
-    assert len(sleeps) == 2 and 0 < sleeps[1] <= 0.1
+def test_acquire_with_wait_returns_true_after_one_sleep_until_the_refill(python_clock, monkeypatch):
+    slept: list[float] = []
+    with time_machine.travel(T0, tick=False) as clock:  # the clock moves only by what acquire sleeps
+        monkeypatch.setattr(ratelimit.time, "sleep", lambda s: (slept.append(s), clock.shift(s)))
+        bucket = TokenBucket(fresh("wait"), rate=20, per=1, burst=1)
+        assert [bucket.acquire(), bucket.acquire()] == [True, False]
+        assert bucket.acquire(wait=0.5) is True
+        assert len(slept) == 1 and 0 < slept[0] <= 1 / 20  # as long as the database said, once
+        window = SlidingWindow(fresh("wait"), limit=2, window=0.1)
+        assert [window.acquire(2), window.acquire(wait=0.5)] == [True, True]
+        assert len(slept) == 2 and 0 < slept[1] <= 0.1
 
 
 def test_acquire_with_wait_gives_up_at_once_when_the_permit_comes_too_late(sleeps):
@@ -391,9 +418,88 @@ def test_prune_deletes_only_keys_at_rest_and_a_pruned_key_behaves_as_before(pyth
         assert RateBucket.objects.filter(key=bucket.key).exists()
         assert RateWindow.objects.filter(key=window.key).exists()
         assert [bucket.acquire(), window.acquire()] == [False, False]  # nothing was given back
-        clock.shift(15)  # t=20: the bucket is full, the window empty
+        clock.shift(15)  # t=20: the bucket is full, the window empty; their rest steps end at t=60
+        prune()
+        assert RateBucket.objects.filter(key=bucket.key).exists()
+        assert RateWindow.objects.filter(key=window.key).exists()
+        clock.shift(REST_STEP_SECONDS - 20)
         prune()
         assert not RateBucket.objects.filter(key=bucket.key).exists()
         assert not RateWindow.objects.filter(key=window.key).exists()
         assert [bucket.acquire(2), bucket.acquire()] == [True, False]
         assert [window.acquire(2), window.acquire()] == [True, False]
+
+
+LIVE_KEYS = 20_000
+
+
+def copies(model, template: str, prefix: str, count: int) -> None:
+    """``count`` rows of ``model``'s table just like the row of key ``template`` (every column but the
+    key), written in the test's transaction."""
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} SELECT (jsonb_populate_record(t, jsonb_build_object('key', %s || g))).* "
+            f"FROM {table} AS t, generate_series(1, %s) AS g WHERE t.key = %s",
+            [prefix, count, template],
+        )
+        cursor.execute(f"ANALYZE {table}")
+
+
+def scans(statement: str) -> list[dict]:
+    """The scan nodes of ``statement`` run under EXPLAIN ANALYZE (in the test's transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", {"batch": 5000, "now": None})
+        plan = cursor.fetchone()[0]
+    root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    return [node for node in plan_nodes(root) if "Scan" in node["Node Type"]]
+
+
+@pytest.mark.p1
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_the_prune_reads_the_rows_at_rest_only_however_many_keys_are_live(python_clock, kind):
+    """The prune statements used to find the rows at rest with a sequential scan filtered on idle_at
+    (no index, so that acquires stay HOT updates): every pass read every live key's row, 20,000 of them
+    here to delete 10. They now walk an index on rest_at, idle_at rounded up to a whole step
+    (REST_STEP_SECONDS): an acquire changes rest_at once per step at most, so acquires stay HOT updates
+    between steps, and the prune reads the rows whose step has ended, which are all at rest."""
+    model, statement = (RateBucket, ratelimit.sql.PRUNE_BUCKETS) if kind == "bucket" else (
+        RateWindow, ratelimit.sql.PRUNE_WINDOWS)  # fmt: skip
+    live, rest = fresh("live"), fresh("rest")
+    with time_machine.travel(timezone.now() - dt.timedelta(hours=2), tick=False):
+        assert limiter(kind, rest, 1).acquire()  # at rest an hour later (SLOW: a token an hour)
+    assert limiter(kind, live, 1).acquire()  # at rest in an hour
+    copies(model, live, "copy-live-", LIVE_KEYS)
+    copies(model, rest, "copy-rest-", 10)
+    row = model.objects.get(key=live)
+    assert row.idle_at <= row.rest_at < row.idle_at + dt.timedelta(seconds=REST_STEP_SECONDS)
+    assert row.rest_at.timestamp() % REST_STEP_SECONDS == 0
+    nodes = scans(statement)
+    assert [n["Node Type"] for n in nodes if n["Node Type"] == "Seq Scan"] == []
+    read = sum(n["Actual Rows"] + n.get("Rows Removed by Filter", 0) for n in nodes)
+    assert read < 200  # the 11 rows at rest (and any other test left), twice: found, then deleted
+    assert not model.objects.filter(key__startswith="copy-rest-").exists()
+    assert model.objects.filter(key__startswith="copy-live-").count() == LIVE_KEYS
+
+
+@pytest.mark.p1
+@pytest.mark.parametrize("kind", ["bucket", "window"])
+def test_acquires_within_one_rest_step_leave_rest_at_as_it_was(python_clock, kind):
+    """rest_at, the prune's indexed column, moves only when idle_at crosses into the next step, so the
+    updates of a busy key write no index entry (PostgreSQL's HOT: no indexed value changed) but once
+    a step at most."""
+    model, key = (RateBucket if kind == "bucket" else RateWindow), fresh("steps")
+    limit = TokenBucket(key, rate=100, per=1, burst=100) if kind == "bucket" else SlidingWindow(key, 100, 1)
+    seen = []
+    with time_machine.travel(T0, tick=False) as clock:
+        for _ in range(20):  # one acquire every 0.25 s for 5 s: idle_at moves with each
+            assert limit.acquire()
+            row = model.objects.get(key=key)
+            seen.append((row.idle_at, row.rest_at))
+            clock.shift(0.25)
+        clock.move_to(T0 + dt.timedelta(seconds=REST_STEP_SECONDS))
+        assert limit.acquire()
+        later = model.objects.get(key=key).rest_at
+    assert len({idle for idle, _ in seen}) == 20
+    assert {rest for _, rest in seen} == {T0 + dt.timedelta(seconds=REST_STEP_SECONDS)}
+    assert later == T0 + dt.timedelta(seconds=2 * REST_STEP_SECONDS)

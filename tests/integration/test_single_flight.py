@@ -10,7 +10,7 @@ import time_machine
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 
-from django_jobq import InvalidJob, JobFailed, WaitTimeout
+from django_jobq import DedupeKeyConflict, InvalidJob, JobFailed, WaitTimeout
 from django_jobq.models import Job, JobStatus
 from tests.conftest import run_module
 from tests.testapp.models import Execution
@@ -108,6 +108,18 @@ def test_enqueue_or_get_threads_race_to_one_created(worker_thread):
         thread.join()
     assert len({job_id for job_id, _ in answers}) == 1
     assert sum(created for _, created in answers) == 1
+
+
+def test_a_key_held_by_another_tasks_job_is_a_conflict_never_its_answer():
+    holder = Job.objects.enqueue("test.noop", dedupe_key="shared")
+    job = Job.objects.claim("w1")
+    Job.objects.complete(holder, "w1", {"noop": True}, fence=job.fence)  # DONE, inside its window
+    with pytest.raises(DedupeKeyConflict, match=f"job {holder} of task 'test.noop'"):
+        Job.objects.enqueue_or_get("test.echo", {"a": 1}, dedupe_key="shared")
+    with pytest.raises(DedupeKeyConflict, match=f"job {holder} of task 'test.noop'"):
+        expensive.using(dedupe_key="shared").run_once(timeout=1, key="shared")
+    assert list(Job.objects.values_list("id", flat=True)) == [holder]
+    assert Job.objects.enqueue_or_get("test.noop", dedupe_key="shared") == (holder, False)  # its own task
 
 
 def test_wait_for_times_out_with_wait_timeout():

@@ -4,6 +4,7 @@ jobs than the cap across worker processes; jobs over the cap wait without using 
 import subprocess
 import threading
 import time
+from collections import Counter
 
 import pytest
 from django.db import connection, connections
@@ -11,6 +12,7 @@ from django.db import connection, connections
 from django_jobq import InvalidJob
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.managers import NewJob
+from django_jobq.managers.consuming import ConsumerManager
 from django_jobq.models import Job, JobStatus
 from django_jobq.tasks import task
 from tests.conftest import start_worker, wait_until
@@ -83,3 +85,167 @@ def test_bad_caps_and_keys_are_refused():
         with pytest.raises(InvalidJob, match="concurrency_key"):
             Job.objects.enqueue("test.capped_per_key", concurrency_key=key)
     assert not Job.objects.exists()
+
+
+# The runs of test.capped_timed in this process (the in-process worker's): (start, end), monotonic.
+TIMED_RUNS: list[tuple[float, float]] = []
+
+
+@task(name="test.capped_timed", max_running=2)
+def capped_timed() -> None:
+    start = time.monotonic()
+    time.sleep(0.02)
+    TIMED_RUNS.append((start, time.monotonic()))
+
+
+def most_at_once(runs: list[tuple[float, float]]) -> int:
+    """The most runs inside their function at one moment (an end before a start at the same time)."""
+    now = most = 0
+    for _, step in sorted([(s, 1) for s, _ in runs] + [(e, -1) for _, e in runs]):
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.fixture
+def claims(monkeypatch):
+    """The jobs each of the worker's claims took (a cycle's complete_and_claim with room to claim)."""
+    taken: list[int] = []
+    claim = ConsumerManager.complete_and_claim
+
+    def counted(self, worker_id, done, limit, *args, **kwargs):
+        completed, jobs = claim(self, worker_id, done, limit, *args, **kwargs)
+        if limit:
+            taken.append(len(jobs))
+        return completed, jobs
+
+    monkeypatch.setattr(ConsumerManager, "complete_and_claim", counted)
+    return taken
+
+
+@pytest.fixture
+def statements(monkeypatch):
+    """The claim statements run (the task caps' may claim again in the same transaction)."""
+    ran: list[int] = []
+    run = ConsumerManager._run_complete_and_claim
+
+    def counted(self, statement, params):
+        ran.append(params["limit"])
+        return run(self, statement, params)
+
+    monkeypatch.setattr(ConsumerManager, "_run_complete_and_claim", counted)
+    return ran
+
+
+def test_a_burst_worker_drains_a_capped_task_claiming_each_job_once(worker_thread, claims):
+    """Issue 22 #4: @task(max_running=2), 40 jobs of 20 ms, one worker of 8 slots with --burst. The
+    claim takes no job over the cap (so none is given back to wait out POLL_INTERVAL and claimed
+    again), the worker waits for cap room while its own capped jobs run, and exits with none left."""
+    TIMED_RUNS.clear()
+    ids = Job.objects.enqueue_many(NewJob("test.capped_timed") for _ in range(40))
+    sampler = GroupSampler()
+    sampler.start()
+    worker = worker_thread({"default": 8}, burst=True)
+    try:
+        wait_until(worker.finished.is_set, timeout=120, message="the burst worker to exit")
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    assert not Job.objects.filter(status=JobStatus.PENDING).exists()
+    rows = Job.objects.filter(id__in=ids)
+    assert set(rows.values_list("status", "attempts", "fence")) == {(JobStatus.DONE, 1, 1)}  # claimed once
+    assert sum(claims) == 40
+    assert claims.count(0) <= 5, claims  # empty claims: the wake-ups, and the last one
+    assert most_at_once(TIMED_RUNS) <= 2 and len(TIMED_RUNS) == 40
+    assert sampler.per_task.get("test.capped_timed", 0) <= 2  # RUNNING (claimed ahead included)
+
+
+def test_a_claim_takes_the_jobs_behind_those_its_caps_hold_back(statements):
+    """The jobs of a task (a key) at its cap are left PENDING, untouched, and the claim reaches the
+    jobs behind them: at once when the task (the key) is full, with one more statement in the same
+    transaction when the claim itself fills it."""
+    capped = Job.objects.enqueue_many(NewJob("test.capped") for _ in range(10))
+    Job.objects.enqueue_many(NewJob("test.noop") for _ in range(20))
+    keyed = Job.objects.enqueue_many(
+        NewJob("test.capped_per_key", queue="keys", concurrency_key=key) for key in "aaabbbccc"
+    )
+    Job.objects.enqueue_many(NewJob("test.noop", queue="keys") for _ in range(20))
+
+    _, first = Job.objects.complete_and_claim("w1", [], 8, "default")
+    assert Counter(job.task for job in first) == {"test.capped": 2, "test.noop": 6}
+    _, again = Job.objects.complete_and_claim("w2", [], 8, "default")
+    assert Counter(job.task for job in again) == {"test.noop": 8}  # the capped task is at its cap
+    _, keys = Job.objects.complete_and_claim("w1", [], 8, "keys")
+    taken = Counter((job.task, job.concurrency_key) for job in keys)
+    assert taken == {("test.capped_per_key", k): 1 for k in "abc"} | {("test.noop", None): 5}
+    _, keys_again = Job.objects.complete_and_claim("w2", [], 8, "keys")
+    assert Counter(job.task for job in keys_again) == {"test.noop": 8}
+    assert statements == [8, 6, 8, 8, 5, 8]  # claims again after filling a task (keys), for the rest
+    untouched = Job.objects.filter(id__in=capped + keyed, status=JobStatus.PENDING, fence=0)
+    assert untouched.count() == 8 + 6
+
+
+# test.capped_hang's function: entered, then held until the test lets it go.
+HANG_ENTERED = threading.Event()
+HANG_RELEASE = threading.Event()
+
+
+@task(name="test.capped_hang", max_running=1, timeout=0.2, max_attempts=1)
+def capped_hang() -> None:
+    HANG_ENTERED.set()
+    HANG_RELEASE.wait(60)
+
+
+@pytest.mark.p1
+def test_a_sync_job_past_its_timeout_holds_its_cap_room_while_its_function_runs(worker_thread):
+    """Caps count RUNNING rows, so a run must stay RUNNING until it ends: a sync function cannot be
+    interrupted, and were its job failed at its timeout while the function kept running, the task's
+    one cap slot would be free and another claim would start a second run beside the first. A real
+    worker (one slot) runs the first job; once its watchdog has timed the run out (the slot is stuck
+    in it), a claim from another worker finds no room while the function still runs."""
+    HANG_ENTERED.clear()
+    HANG_RELEASE.clear()
+    first, second = (Job.objects.enqueue("test.capped_hang") for _ in range(2))
+    worker = worker_thread({"default": 1})
+    try:
+        assert HANG_ENTERED.wait(30), "the first job's function to start"
+        wait_until(lambda: worker.lanes["default"].stuck() == 1, timeout=30, message="the watchdog's timeout")
+        _, taken = Job.objects.complete_and_claim("another-worker", [], 1, "default")
+        assert [job.id for job in taken] == []  # the cap's room is still the hung function's
+    finally:
+        HANG_RELEASE.set()
+    wait_until(lambda: Job.objects.get(id=second).status == JobStatus.DONE, message="the second job, after")
+    job = Job.objects.get(id=first)
+    assert job.status == JobStatus.DEAD and "JobTimeout" in job.last_error
+
+
+def test_a_claim_that_raced_another_for_the_cap_gives_its_jobs_back_in_place(monkeypatch):
+    """Two claims read the same free room at once: the one that settles second (under the task's
+    lock, after the first committed) gives its jobs back, PENDING in their place with their attempt
+    returned, in its own transaction: nobody sees more than the cap RUNNING."""
+    ids = Job.objects.enqueue_many(NewJob("test.capped") for _ in range(4))
+    run_at = dict(Job.objects.filter(id__in=ids).values_list("id", "run_at"))
+    settle = ConsumerManager._trim_to_task_caps
+    other: list = []
+
+    def racing(self, worker_id, jobs):
+        if worker_id == "w1":  # between w1's claim and its settling, w2 claims and commits
+
+            def claim() -> None:
+                try:
+                    other.extend(Job.objects.complete_and_claim("w2", [], 8, "default")[1])
+                finally:
+                    connections.close_all()
+
+            thread = threading.Thread(target=claim)
+            thread.start()
+            thread.join(30)
+        return settle(self, worker_id, jobs)
+
+    monkeypatch.setattr(ConsumerManager, "_trim_to_task_caps", racing)
+    # w1 asks for 2: its walk locks those only (the rows a walk cuts stay locked until it commits)
+    _, mine = Job.objects.complete_and_claim("w1", [], 2, "default")
+    assert mine == [] and len(other) == 2
+    back = list(Job.objects.filter(id__in=ids, status=JobStatus.PENDING))
+    assert len(back) == 2 and {job.id for job in back}.isdisjoint(job.id for job in other)
+    assert all(job.run_at == run_at[job.id] and job.attempts == 0 for job in back)

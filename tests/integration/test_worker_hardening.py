@@ -146,7 +146,7 @@ def test_a_claim_reply_arriving_after_shutdown_is_given_back(short_lease):
     jid = Job.objects.enqueue("test.noop")
     late = Job.objects.claim_batch(worker.worker_id, 1)
     worker.abandon.set()  # the shutdown's release has already run
-    worker._hand_out(worker.lanes["default"], late)
+    worker._hand_out(worker.lanes["default"], late, time.monotonic())
     job = Job.objects.get(id=jid)
     assert (job.status, job.worker_id, job.attempts) == (JobStatus.PENDING, None, 0)
     assert not worker._running
@@ -187,7 +187,8 @@ def test_a_lane_whose_every_slot_is_stuck_stops_the_worker_with_a_distinct_statu
     )  # fmt: skip
     thread.join(timeout=20)
     assert not thread.is_alive() and worker.exit_code == EXIT_STUCK
-    assert Job.objects.get().status == JobStatus.DEAD  # the hung job itself was failed at its timeout
+    assert Job.objects.get().status == JobStatus.DEAD  # the hung job failed with JobTimeout as it stopped
+    assert "JobTimeout" in Job.objects.get().last_error
 
 
 @pytest.mark.p1

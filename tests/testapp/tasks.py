@@ -247,3 +247,34 @@ def ledger(context, ms: int = 0, first_run_seconds: float = 0.0):
     )
     time.sleep(ms / 1000 + (first_run_seconds if context.fence == 1 else 0.0))
     return {"fence": context.fence}
+
+
+@django_jobq.task(name="test.mark", takes_context=True)
+def mark(context, path: str, seconds: float = 0.0):
+    """Append "job_id worker_id start" to the file ``path`` as the run starts (a side effect outside
+    the database, seen even while the worker's link to it is cut), work ``seconds``, then append
+    "job_id worker_id end"."""
+    with open(path, "a") as file:
+        file.write(f"{context.job_id} {context.worker_id} start\n")
+    time.sleep(seconds)
+    with open(path, "a") as file:
+        file.write(f"{context.job_id} {context.worker_id} end\n")
+
+
+class FixedDelay(RetryPolicy):
+    """Retry after exactly ``base`` seconds (no jitter)."""
+
+    def delay(self, attempt, rng=None):
+        return self.base
+
+
+@django_jobq.task(name="test.fails_once", takes_context=True, retry=FixedDelay(base=20, cap=20))
+def fails_once(context):
+    """Record the run; the first attempt fails, to be retried 20 seconds later (a short retry under
+    JOBQ["SHORT_RETRY_SECONDS"] of 30 or more, which may wait in its slot)."""
+    Execution.objects.create(
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id
+    )
+    if context.attempt == 1:
+        raise ConnectionError("transient failure on the first attempt")
+    return {"attempt": context.attempt}

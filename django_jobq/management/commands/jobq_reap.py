@@ -11,7 +11,11 @@ class Command(BaseCommand):
     help = "Return expired leases to the queue and prune old jobs; one reaper acts across all replicas."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="one pass (more while a backlog remains), then exit (for cron)",
+        )
         parser.add_argument(
             "--interval", type=float, default=None, help='seconds between passes (JOBQ["REAP_INTERVAL"])'
         )
@@ -23,7 +27,7 @@ class Command(BaseCommand):
                 self.stdout.write("another reaper is acting; nothing done")
                 return
             try:
-                result = reaper.run_once()
+                result = reaper.run_until_clear()
             finally:
                 reaper.release()
             self.stdout.write(
