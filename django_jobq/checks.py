@@ -7,9 +7,9 @@ from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections, router
 
-from . import ticks
 from .conf import JobqSettings, ScheduleOptions, jobq_settings, listen_target
-from .exceptions import ConfigurationError
+from .exceptions import ConfigurationError, JobqError
+from .registry import get_task
 
 
 @register()
@@ -110,5 +110,15 @@ def _schedule_tasks(schedules: Iterable[ScheduleOptions]) -> list[CheckMessage]:
             id="jobq.E006",
         )
         for schedule in schedules
-        if (problem := ticks.task_problem(schedule.task, schedule.payload))
+        if (problem := task_problem(schedule.task, schedule.payload))
     ]
+
+
+def task_problem(task: str, payload: object) -> str | None:
+    """Why ``task`` cannot be scheduled with ``payload`` (unknown, or the payload does not fit its
+    signature), or None. Needs the task registry: call once the apps are ready."""
+    try:
+        get_task(task).check_call(payload)
+    except JobqError as exc:
+        return str(exc)
+    return None

@@ -135,7 +135,7 @@ def listen_target(value: Any) -> tuple[str, str]:
 def rate_setting(text: Any, where: str) -> tuple[int, float]:
     """A rate limit string ("100/m") as (count, seconds); ConfigurationError when it is not one."""
     from .exceptions import InvalidJob
-    from .ratelimit import parse_rate  # imports this module: read on use
+    from .validation import parse_rate
 
     try:
         return parse_rate(text)

@@ -22,9 +22,10 @@ from .conf import jobq_settings
 from .dashboard_text import WORKERS_RECENT_SECONDS
 from .dashboard_text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
 from .dashboard_text import format_table as format_table  # re-exported: dashboard.format_table
-from .models import Job, JobStatus
+from .models import Job
 from .registry import registered_tasks
 from .sql import engine_of
+from .status import JobStatus
 
 # DONE jobs are counted while there are at most this many (a pass over at most that many rows); above
 # it their number comes from the planner's statistics.

@@ -3,16 +3,14 @@ system check error (jobq.E009) and a refusal to start a worker, never a silent d
 
 from __future__ import annotations
 
-from typing import Any
-
 from .conf import jobq_settings
+from .registry import registered_tasks
 from .sql import Capabilities, engine_for
-from .tasks import Task, registered_tasks
 
 
 def engine_problems(*, tasks: bool = True) -> list[str]:
     """One sentence per configured feature the engine of JOBQ["DATABASE"] does not have; with
-    ``tasks``, the registered tasks' features too (enqueueing such a task is refused: task_features)."""
+    ``tasks``, the registered tasks' features too (enqueueing such a task is refused: Task.features)."""
     conf = jobq_settings()
     caps: Capabilities = engine_for(conf.database).capabilities
     problems = []
@@ -28,19 +26,9 @@ def engine_problems(*, tasks: bool = True) -> list[str]:
     if conf.schedules:
         need("scheduler", 'JOBQ["SCHEDULES"]')
     for name, task in sorted(registered_tasks().items()) if tasks else ():
-        for feature, what in task_features(task):
+        for feature, what in task.features():
             need(feature, f"task {name!r} ({what})")
     return problems
-
-
-def task_features(task: Task[Any, Any]) -> list[tuple[str, str]]:
-    """The (capability, option) pairs a registered task's options need."""
-    needs = []
-    if task.max_running is not None or task.max_running_per_key is not None:
-        needs.append(("task_caps", "max_running"))
-    if task.rate_limit is not None:
-        needs.append(("rate_limits", "rate_limit"))
-    return needs
 
 
 def engine_setup_problems(alias: str) -> tuple[list[str], list[str]]:

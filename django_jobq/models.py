@@ -8,15 +8,7 @@ from django.db import models
 from django.db.models.functions import Now
 
 from .managers import JobManager
-
-
-class JobStatus(models.IntegerChoices):
-    """A job's life: PENDING -> RUNNING -> DONE, or back to PENDING on retry, or DEAD when exhausted."""
-
-    PENDING = 0  # waiting for run_at and a free worker
-    RUNNING = 1  # owned by worker_id until lease_until; renewed by heartbeats
-    DONE = 2  # finished; result kept until pruned (JOBQ["DONE_RETENTION_SECONDS"])
-    DEAD = 3  # attempts exhausted or permanent error; kept for inspection/requeue until pruned
+from .status import JobStatus as JobStatus  # django_jobq.models.JobStatus, as documented
 
 
 class Job(models.Model):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from typing import Any
 
@@ -24,15 +23,16 @@ from .conf import jobq_settings
 from .exceptions import ConfigurationError, InvalidJob, RateLimitUnavailable
 from .sql import engine_for
 from .sql import postgres_ratelimit as sql
+from .validation import parse_rate  # documented as django_jobq.ratelimit.parse_rate
 
 __all__ = ["SlidingWindow", "TokenBucket", "parse_rate", "prune"]
 
 logger = logging.getLogger("django_jobq")
 
 MAX_KEY_LENGTH = 500  # characters; at most 2,000 bytes of UTF-8, well inside a btree entry
-MAX_COUNT = 1_000_000_000  # rate, burst
+MAX_COUNT = validation.MAX_RATE_COUNT  # rate, burst
 MAX_WINDOW_LIMIT = 10_000  # a window's log holds one stamp per live permit, rewritten by every grant
-MIN_SECONDS = 0.001  # per, window: the clock counts microseconds
+MIN_SECONDS = validation.MIN_RATE_SECONDS  # per, window: the clock counts microseconds
 
 
 class _Limiter:
@@ -155,30 +155,6 @@ def _duration(value: Any, what: str) -> float:
     if seconds < MIN_SECONDS:
         raise InvalidJob(f"{what} must be at least {MIN_SECONDS} seconds, not {value!r}")
     return seconds
-
-
-_RATE = re.compile(r"([0-9]{1,10})/([0-9]{1,9}(?:\.[0-9]{1,6})?)?([smhd])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_rate(text: Any) -> tuple[int, float]:
-    """``"COUNT/UNIT"`` or ``"COUNT/NUMBERUNIT"`` -> (count, seconds): "10/s" (10, 1.0),
-    "100/m" (100, 60.0), "5/h", "1000/d", "3/10s" (3, 10.0), "1/1.5m" (1, 90.0). Units s, m, h, d."""
-    match = _RATE.fullmatch(text) if isinstance(text, str) and len(text) <= 30 else None
-    if match is None:
-        raise InvalidJob(
-            'a rate is "COUNT/UNIT" or "COUNT/NUMBERUNIT", UNIT one of s, m, h, d '
-            f'(e.g. "10/s", "100/m", "3/10s"), not {text!r}'
-        )
-    count, number, unit = match.groups()
-    if not 1 <= int(count) <= MAX_COUNT:
-        raise InvalidJob(f"a rate's count must be in [1, {MAX_COUNT}], not {count} (in {text!r})")
-    seconds = float(number or 1) * _UNITS[unit]
-    if not MIN_SECONDS <= seconds <= validation.MAX_SECONDS:
-        raise InvalidJob(
-            f"a rate's period must be in [{MIN_SECONDS}, {validation.MAX_SECONDS}] seconds, not {text!r}"
-        )
-    return int(count), seconds
 
 
 def prune(*, using: str | None = None, batch: int = 5000) -> int:

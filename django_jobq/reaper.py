@@ -26,7 +26,8 @@ from django.db import connections
 from . import ratelimit
 from .conf import jobq_settings
 from .dedupe import MAX_MARK_BATCHES, prune_expired_marks
-from .models import Job, JobStatus
+from .models import Job
+from .status import JobStatus
 
 logger = logging.getLogger("django_jobq")
 

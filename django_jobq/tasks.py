@@ -14,8 +14,9 @@ from asgiref.sync import sync_to_async
 from . import registry, validation
 from .backoff import RetryPolicy
 from .conf import rate_setting
-from .exceptions import ConfigurationError, PayloadMismatch
+from .exceptions import ConfigurationError, JobFailed, PayloadMismatch
 from .registry import capped_tasks, close_task_names, find_task, get_task, registered_tasks
+from .status import JobStatus
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -65,6 +66,15 @@ class Task(Generic[P, R]):
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.func)
+
+    def features(self) -> list[tuple[str, str]]:
+        """The (engine capability, option) pairs this task's options need (sql/capabilities.py)."""
+        needs = []
+        if self.max_running is not None or self.max_running_per_key is not None:
+            needs.append(("task_caps", "max_running"))
+        if self.rate_limit is not None:
+            needs.append(("rate_limits", "rate_limit"))
+        return needs
 
     def check_call(self, payload: Any, context: Any = None) -> None:
         """PayloadMismatch unless ``payload`` is a JSON object whose keys bind to the function's
@@ -249,9 +259,6 @@ def _binding_problem(func: Callable[..., Any], takes_context: bool, names: tuple
 
 def _answer(job: Any) -> Any:
     """A finished job's result; JobFailed for a DEAD one."""
-    from .exceptions import JobFailed
-    from .models import JobStatus
-
     if job.status == JobStatus.DEAD:
         raise JobFailed(job)
     return job.result

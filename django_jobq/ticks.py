@@ -115,19 +115,6 @@ def due_ticks(
         lookback *= 4
 
 
-def task_problem(task: str, payload: object) -> str | None:
-    """Why ``task`` cannot be scheduled with ``payload`` (unknown, or the payload does not fit its
-    signature), or None. Needs the task registry: call once the apps are ready."""
-    from .exceptions import JobqError
-    from .registry import get_task
-
-    try:
-        get_task(task).check_call(payload)
-    except JobqError as exc:
-        return str(exc)
-    return None
-
-
 def validate_cron(value: object) -> str:
     """A 5-field cron expression, normalised; InvalidJob for anything else (a daily time included)."""
     text = cron.validate_spec(value)

@@ -224,3 +224,29 @@ def _shown(value: Any) -> str:
     """``value`` for an error message: its repr, however hostile, at most 100 characters."""
     text = _safe_repr(value)
     return text if len(text) <= 100 else text[:99] + "…"
+
+
+MAX_RATE_COUNT = 1_000_000_000  # a rate's count, and a limiter's burst
+MIN_RATE_SECONDS = 0.001  # a rate's period: the clock counts microseconds
+_RATE = re.compile(r"([0-9]{1,10})/([0-9]{1,9}(?:\.[0-9]{1,6})?)?([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(text: Any) -> tuple[int, float]:
+    """``"COUNT/UNIT"`` or ``"COUNT/NUMBERUNIT"`` -> (count, seconds): "10/s" (10, 1.0),
+    "100/m" (100, 60.0), "5/h", "1000/d", "3/10s" (3, 10.0), "1/1.5m" (1, 90.0). Units s, m, h, d."""
+    match = _RATE.fullmatch(text) if isinstance(text, str) and len(text) <= 30 else None
+    if match is None:
+        raise InvalidJob(
+            'a rate is "COUNT/UNIT" or "COUNT/NUMBERUNIT", UNIT one of s, m, h, d '
+            f'(e.g. "10/s", "100/m", "3/10s"), not {text!r}'
+        )
+    count, number, unit = match.groups()
+    if not 1 <= int(count) <= MAX_RATE_COUNT:
+        raise InvalidJob(f"a rate's count must be in [1, {MAX_RATE_COUNT}], not {count} (in {text!r})")
+    seconds = float(number or 1) * _UNITS[unit]
+    if not MIN_RATE_SECONDS <= seconds <= MAX_SECONDS:
+        raise InvalidJob(
+            f"a rate's period must be in [{MIN_RATE_SECONDS}, {MAX_SECONDS}] seconds, not {text!r}"
+        )
+    return int(count), seconds

@@ -11,7 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
 from .. import dashboard
-from ..models import DeadJob, Job, JobStatus
+from ..models import DeadJob, Job
+from ..status import JobStatus
 from .common import ExceptionFilter, QueueFilter, TaskFilter, per_request, time_cell
 from .jobs import JobAdmin
 

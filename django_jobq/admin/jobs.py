@@ -18,8 +18,9 @@ from django.utils.safestring import SafeString
 
 from .. import dashboard
 from ..conf import jobq_settings
-from ..models import Job, JobStatus
+from ..models import Job
 from ..sql import engine_of
+from ..status import JobStatus
 from .common import (
     EstimatedCountPaginator,
     QueueFilter,

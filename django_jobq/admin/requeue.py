@@ -19,7 +19,8 @@ from django.utils import timezone
 from django.utils.text import capfirst
 
 from ..conf import jobq_settings
-from ..models import Job, JobStatus
+from ..models import Job
+from ..status import JobStatus
 from .common import OnQueueDatabase, breadcrumbs, log
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
+from ..status import JobStatus
 from .consuming import ConsumerManager, result_json
 from .maintenance import MaintenanceManager
 from .producing import NewJob, ProducerManager
@@ -19,7 +20,7 @@ from .schedules import ScheduleStatementsManager
 from .waiting import WaitingManager
 
 if TYPE_CHECKING:
-    from ..models import Job, JobStatus
+    from ..models import Job
 
 __all__ = ["JobManager", "NewJob", "result_json"]
 

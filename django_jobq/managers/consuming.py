@@ -11,10 +11,11 @@ from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
 from ..registry import capped_tasks
+from ..status import JobStatus
 from .capping import CapManager
 
 if TYPE_CHECKING:
-    from ..models import Job, JobStatus
+    from ..models import Job
 
 
 def result_json(value: Any) -> str:
@@ -192,8 +193,6 @@ class ConsumerManager(CapManager):
 
         Without ``backoff_seconds`` the delay is full jitter below compute_backoff(attempts); without
         ``fence`` any run of this owner is failed (manual use only)."""
-        from ..models import JobStatus
-
         conf = jobq_settings()
         params = {
             "id": job_id,
@@ -297,8 +296,6 @@ class ConsumerManager(CapManager):
 
     def state(self, job_id: int) -> tuple[JobStatus, str | None, int] | None:
         """(status, worker_id, fence) of a job, or None if it no longer exists."""
-        from ..models import JobStatus
-
         rows = self._execute(self._sql().JOB_STATE, {"id": job_id})
         return (JobStatus(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import IntegrityError
 
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
+from ..status import JobStatus
 from .base import BaseJobManager, retrying_conflicts
-
-if TYPE_CHECKING:
-    from ..models import JobStatus
 
 
 class MaintenanceManager(BaseJobManager):
@@ -23,8 +21,6 @@ class MaintenanceManager(BaseJobManager):
         """Every RUNNING job whose lease expired goes to PENDING (or DEAD when exhausted); their ids.
         Rows locked by another transaction at that moment are left for the next pass. Workers waiting
         for work on the queues of the jobs back to PENDING are woken, as by an enqueue."""
-        from ..models import JobStatus
-
         rows = self._execute(self._sql().REAP, self._notify_params({}))
         self._wake(sorted({row[2] for row in rows if row[3] == JobStatus.PENDING}))
         return [row[0] for row in rows]
@@ -76,8 +72,6 @@ class MaintenanceManager(BaseJobManager):
 
     def prune(self, status: JobStatus, older_than: float, batch: int) -> int:
         """Delete up to ``batch`` DONE or DEAD jobs finished more than ``older_than`` seconds ago."""
-        from ..models import JobStatus
-
         if status not in (JobStatus.DONE, JobStatus.DEAD):
             raise InvalidJob("only DONE and DEAD jobs can be pruned")
         params: dict[str, Any] = {
@@ -107,8 +101,6 @@ class MaintenanceManager(BaseJobManager):
 
     def counts(self, queue: str | None = None) -> dict[str, int]:
         """Jobs per status name (every status present, zero-filled), optionally for one queue."""
-        from ..models import JobStatus
-
         sql = self._sql()
         if queue is None:
             found = dict(self._execute(sql.COUNTS, {}))

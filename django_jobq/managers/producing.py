@@ -13,7 +13,6 @@ from django.utils import timezone
 
 from .. import validation
 from ..conf import jobq_settings
-from ..engine_checks import task_features
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
 from ..sql.engines import NewRow
@@ -59,7 +58,7 @@ class ProducerManager(BaseJobManager):
             get_task(task)  # raises UnknownTask with the name in the message
         if registered is not None:
             capabilities = self._engine().capabilities
-            for feature, what in task_features(registered):
+            for feature, what in registered.features():
                 capabilities.require(feature, f"task {task!r} ({what})")
         if queue is None:
             queue = registered.queue if registered else "default"

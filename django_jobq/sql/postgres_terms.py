@@ -1,8 +1,11 @@
-"""Terms every PostgreSQL statement shares: the clock and the status codes."""
+"""Terms every PostgreSQL statement shares: the clock and the status codes (from status.JobStatus)."""
+
+from ..status import DEAD, DONE, PENDING, RUNNING
+
+__all__ = ["CLOCK", "DEAD", "DONE", "IDLE_LOCK", "NOW", "PENDING", "RUNNING", "wake"]
 
 NOW = "COALESCE(%(now)s::timestamptz, now())"
 
-PENDING, RUNNING, DONE, DEAD = 0, 1, 2, 3
 
 # NOW read when it is evaluated rather than at the statement's start (the bound %(now)s of the "python"
 # clock all the same): for a statement whose arithmetic must run on a clock at least as late as what

@@ -7,7 +7,9 @@ through julianday() and keeps millisecond resolution. Durations are integer micr
 DurationField on SQLite). A list parameter travels as a JSON array and is read with json_each().
 """
 
-PENDING, RUNNING, DONE, DEAD = 0, 1, 2, 3
+from ..status import DEAD, DONE, PENDING, RUNNING  # the codes, from status.JobStatus
+
+__all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "each", "micros", "plus", "ts", "window_over"]
 
 _FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f000'"  # %f is SS.SSS; three zeros make the six digits Django writes
 

@@ -16,8 +16,9 @@ from django.db import connections
 
 from .. import signals
 from ..conf import jobq_settings
-from ..models import Job, JobStatus
+from ..models import Job
 from ..registry import capped_tasks, resolve_task
+from ..status import JobStatus
 from .base import is_connection_error
 from .lanes import Lane, Running
 from .pausing import PauseMixin
