@@ -130,6 +130,7 @@ class JobqBackend(BaseTaskBackend):
     supports_async_task = True  # async def tasks run on the worker slot's event loop
     supports_get_result = True  # results are the job rows, read from any process
     supports_priority = True  # mapped onto jobq's claim order (100 - priority)
+    runs_on_jobq = True  # the backend runner accepts the tasks bound to this backend
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)

@@ -29,9 +29,13 @@ _STATUS = {0: TaskResultStatus.READY, 1: TaskResultStatus.RUNNING, 2: TaskResult
            3: TaskResultStatus.FAILED}  # fmt: skip
 
 
+def django_task_of(entry: Any) -> Any:
+    """The Django task behind a registered jobq task, or None for a native one."""
+    return getattr(getattr(entry, "func", None), "django_task", None)
+
+
 def get_result(alias: str, result_id: Any) -> Any:
     """The result of job ``result_id``; TaskResultDoesNotExist unless it is a Django task's job."""
-    from . import backend_runner
     from .models import Job
     from .registry import resolve_task
 
@@ -43,7 +47,7 @@ def get_result(alias: str, result_id: Any) -> Any:
     job = rows.first() if 0 < job_id < 1 << 63 else None
     if job is None:
         raise TaskResultDoesNotExist(f"no task result {result_id!r:.100} (unknown, or pruned)")
-    task = backend_runner.django_task_of(resolve_task(job.task))
+    task = django_task_of(resolve_task(job.task))
     if task is None:
         raise TaskResultDoesNotExist(f"job {job_id} is not a Django task's ({job.task!r:.100})")
     return result_of(job, task, alias)

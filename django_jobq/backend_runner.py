@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from django.apps import apps
 
 from . import registry
+from .backend_results import running_result
 from .exceptions import InvalidPayload, PayloadMismatch, PermanentError
 from .tasks import _signature
 from .tasks import task as jobq_task
@@ -50,16 +51,9 @@ def _given(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
-def django_task_of(entry: Any) -> Any:
-    """The Django task behind a registered jobq task, or None for a native one."""
-    return getattr(getattr(entry, "func", None), "django_task", None)
-
-
 def resolve(name: str) -> JobqTaskEntry[Any, Any] | None:
     """The registered jobq task for a Django task named by module path, importing its module only
     when it is already imported or belongs to an installed app; None for anything else."""
-    from .backend import JobqBackend
-
     module_name, _, attribute = name.rpartition(".")
     if not module_name or not attribute.isidentifier():
         return None
@@ -76,7 +70,7 @@ def resolve(name: str) -> JobqTaskEntry[Any, Any] | None:
     if not isinstance(found, Task) or found.module_path != name:
         return None
     backend = found.get_backend()
-    if not isinstance(backend, JobqBackend):
+    if not getattr(type(backend), "runs_on_jobq", False):  # a JobqBackend (backend.py: above this module)
         return None
     return registry.find_task(name) or register(found, backend)
 
@@ -121,8 +115,6 @@ def _runner(task: Any, backend: Any) -> Callable[..., Any]:
 def _start(task: Any, backend: Any, context: JobContext, args: Any, kwargs: Any) -> tuple[Any, list[Any]]:
     """The RUNNING result, the call's positional arguments (checked to fit the function), and
     task_started sent."""
-    from .backend_results import running_result
-
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise InvalidPayload("a Django task's payload holds a list 'args' and an object 'kwargs'")
     result = running_result(task, backend.alias, context)

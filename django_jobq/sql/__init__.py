@@ -37,8 +37,9 @@ from . import (
     stats,
 )
 from .capabilities import POSTGRESQL, SQLITE, Capabilities
-from .engines import Engine, Result, Script, SqliteEngine, Unsupported
+from .engines import Engine, Result, Script, Unsupported
 from .postgres_engine import PostgresEngine
+from .sqlite_engine import SqliteEngine
 
 __all__ = ["Capabilities", "Engine", "Result", "engine_for", "statements_for"]
 

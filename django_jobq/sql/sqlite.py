@@ -2,7 +2,7 @@
 
 SQLite has one writer at a time: a write statement takes the database's write lock before it reads
 (an UPDATE in autocommit is a write transaction from its first step), and a Script runs its steps
-under BEGIN IMMEDIATE (engines.SqliteEngine). So a statement sees no concurrent write, there is no
+under BEGIN IMMEDIATE (sqlite_engine.SqliteEngine). So a statement sees no concurrent write, there is no
 SKIP LOCKED to need, and every guard below is evaluated on the rows as they are when it writes.
 
 Transitions out of RUNNING are the same compare-and-set as on PostgreSQL: the job id, status RUNNING,

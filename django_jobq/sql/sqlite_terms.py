@@ -1,7 +1,7 @@
 """Terms every SQLite statement shares: the clock, time arithmetic, arrays, the status codes.
 
 Statements go through Django's SQLite backend, which turns %(name)s into :name (so a literal % is
-written %%). Times are text in Django's own format, UTC 'YYYY-MM-DD HH:MM:SS.ffffff' (engines.sqlite_time):
+written %%). Times are text in Django's own format, UTC 'YYYY-MM-DD HH:MM:SS.ffffff' (sqlite_engine.sqlite_time):
 the ORM and the admin read what the statements write, and text order is time order. Arithmetic goes
 through julianday() and keeps millisecond resolution. Durations are integer microseconds (Django's
 DurationField on SQLite). A list parameter travels as a JSON array and is read with json_each().
