@@ -11,7 +11,7 @@ class JobqConfig(AppConfig):
         from django.db.backends.signals import connection_created
 
         from . import checks  # noqa: F401  (registers the system checks)
-        from .sql.sqlite_setup import on_connection_created
+        from .sql.sqlite.setup import on_connection_created
 
         # WAL and a busy timeout on every new connection of a SQLite queue database.
         connection_created.connect(on_connection_created, dispatch_uid="django_jobq.sqlite")
@@ -31,6 +31,7 @@ def _resolve_django_tasks() -> None:
         for params in backends.values()
     ):
         return
-    from . import backend_runner, registry
+    from . import registry
+    from .backend import runner as backend_runner
 
     registry.add_resolver(backend_runner.resolve)

@@ -30,9 +30,9 @@ from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.signals import connection_created
 
 from .conf import jobq_settings
-from .listener import connection_params
+from .notify.listener import connection_params
 from .sql import engine_for
-from .sql.postgres_workers import SET_TIMEOUTS
+from .sql.postgres.workers import SET_TIMEOUTS
 
 POOL_SIZE = 8  # connections per process and alias, at most; more callers wait for a free one
 CONNECT_TIMEOUT = 5  # seconds, unless the alias's OPTIONS set connect_timeout

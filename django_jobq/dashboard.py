@@ -1,6 +1,6 @@
 """The queue's figures, read-only: what the admin dashboard and ``manage.py jobq_stats`` show.
 
-``snapshot()`` runs six bounded statements (django_jobq.sql.stats) and returns a frozen
+``snapshot()`` runs six bounded statements (django_jobq.sql.postgres.stats) and returns a frozen
 Snapshot; ``check()`` compares one with health thresholds; ``format_table()`` renders one for a terminal.
 """
 

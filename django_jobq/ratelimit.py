@@ -1,5 +1,5 @@
 """Rate limits held in PostgreSQL, per key, shared by every process and host: TokenBucket and
-SlidingWindow. One statement decides each permit (django_jobq.sql.postgres_ratelimit says why N parallel
+SlidingWindow. One statement decides each permit (django_jobq.sql.postgres.ratelimit says why N parallel
 acquires never pass more than the limit) and commits on its own connection (django_jobq.autocommit),
 so a permit stays spent even if the caller's transaction rolls back, and no caller's transaction ever
 holds a key's row lock. When the database cannot be reached an acquire raises RateLimitUnavailable
@@ -22,7 +22,7 @@ from . import autocommit, validation
 from .conf import jobq_settings
 from .exceptions import ConfigurationError, InvalidJob, RateLimitUnavailable
 from .sql import engine_for
-from .sql import postgres_ratelimit as sql
+from .sql.postgres import ratelimit as sql
 from .validation import parse_rate  # documented as django_jobq.ratelimit.parse_rate
 
 __all__ = ["SlidingWindow", "TokenBucket", "parse_rate", "prune"]

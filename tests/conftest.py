@@ -109,7 +109,7 @@ def worker_thread():
 @pytest.fixture
 def a_worker_waits():
     """Hold the idle lock as a worker whose lane waits for work does, so enqueues NOTIFY."""
-    from django_jobq.idle_lock import IdleLock
+    from django_jobq.notify.idle_lock import IdleLock
 
     held = IdleLock(lambda: None)
     held.report("default", starved=True)

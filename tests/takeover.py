@@ -4,7 +4,7 @@ would: on a connection of its own, outside the task's transaction."""
 import psycopg
 from django.db import connection
 
-from django_jobq.listener import connection_params
+from django_jobq.notify.listener import connection_params
 
 
 def take_over(job_id: int) -> None:

@@ -1,5 +1,5 @@
 """Task concurrency caps (@task(max_running=N, max_running_per_key=M)): the worker's claim leaves out
-the jobs of a task (a key) at its cap (sql/postgres_pick.py, _within_caps) and takes no more than its
+the jobs of a task (a key) at its cap (sql/postgres/pick.py, _within_caps) and takes no more than its
 room, read from the claim's snapshot; the claim's transaction then settles, under the tasks' locks,
 what concurrent claims made stale."""
 

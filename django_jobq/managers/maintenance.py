@@ -84,7 +84,7 @@ class MaintenanceManager(BaseJobManager):
     def refresh_depths(self) -> None:
         """Record, for every queue with a MAX_DEPTH whose depth lock is free, the id sequence read
         under that lock, then the count of its jobs that are or may again be PENDING: the baseline the
-        enqueue check bounds the depth from (sql/postgres_depth). Call it outside any transaction:
+        enqueue check bounds the depth from (sql/postgres/depth.py). Call it outside any transaction:
         the lock lasts for the transaction (producers of the queue wait for it). A queue whose lock a
         producer's open transaction holds keeps its previous baseline."""
         queues = sorted(jobq_settings().depth_limits())

@@ -1,5 +1,5 @@
 """Producing jobs: enqueue, enqueue_many and enqueue_or_get. Every value is checked before anything is
-written; the dedupe rule (windows, modes) is decided by the statements (sql/postgres_enqueue)."""
+written; the dedupe rule (windows, modes) is decided by the statements (sql/postgres/enqueue.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
-from ..sql.engines import NewRow
+from ..sql.engine import NewRow
 from .base import BaseJobManager, retrying_conflicts
 
 
@@ -168,7 +168,7 @@ class ProducerManager(BaseJobManager):
             mode, keyed=params["dedupe_key"] is not None, gated=limit is not None
         )
         # A debounce that got nothing back met a holder a worker claimed after its snapshot, or one of
-        # another task: once more, in a new snapshot, frees the former (sql/postgres_enqueue).
+        # another task: once more, in a new snapshot, frees the former (sql/postgres/enqueue.py).
         for _ in range(DEBOUNCE_TRIES if mode == "debounce" else 1):
             if limit is None:
                 rows = self._execute(statement, params)
@@ -307,7 +307,7 @@ class ProducerManager(BaseJobManager):
         wanted = Counter(row.queue for row in rows)
         if not set(wanted) & set(conf.depth_limits()):
             return self._insert_many(rows, keys, on_duplicate)
-        # One transaction: the depth locks the room check takes (sql/postgres_depth) cover the insert.
+        # One transaction: the depth locks the room check takes (sql/postgres/depth.py) cover the insert.
         with transaction.atomic(using=self.connection.alias):
             self._check_room(wanted)
             return self._insert_many(rows, keys, on_duplicate)

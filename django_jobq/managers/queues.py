@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import validation
 from ..conf import jobq_settings
-from ..listener import STATE_CHANGED
+from ..notify.listener import STATE_CHANGED
 from .base import BaseJobManager
 
 

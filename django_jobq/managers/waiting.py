@@ -14,7 +14,7 @@ from psycopg.types.string import TextLoader
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob, WaitTimeout
-from ..listener import connection_params, listen_params
+from ..notify.listener import connection_params, listen_params
 from .base import BaseJobManager
 
 if TYPE_CHECKING:

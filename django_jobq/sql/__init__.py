@@ -1,17 +1,16 @@
 """Every statement django-jobq runs, one engine per database, the same names in each.
 
 ``engine_for(alias)`` is the engine of a database alias: its statements, its Capabilities
-(sql/capabilities.py) and how they run (sql/engines.py). Nothing outside this package asks which
-database it talks to.
+(sql/capabilities.py) and how they run (the base in sql/engine.py, each engine's in its folder's
+engine.py). Nothing outside this package asks which database it talks to.
 
-The PostgreSQL statements are one namespace gathered from modules split by concern: postgres (the
-job's transitions and maintenance), postgres_enqueue (inserting jobs and the dedupe rule),
-postgres_depth (MAX_DEPTH), postgres_pick (the claim's selection), postgres_inbound (first_seen),
-postgres_queues (pause), postgres_workers (worker records, maintenance leases, timeouts),
-postgres_schedules (the scheduler's passes and the settings sync). The SQLite ones: sqlite
-(transitions and maintenance), sqlite_enqueue, sqlite_state (workers, leases, queues, inbound
-marks), sqlite_schedules. A name defined twice in one engine is an error at import; a name one engine has and the other
-lacks is an error too.
+Each engine's statements are one namespace gathered from its folder's files, split by concern:
+sql/postgres/ jobs (the job's transitions and maintenance), returns (jobs given back unstarted), enqueue (inserting jobs and the dedupe
+rule), depth (MAX_DEPTH), pick (the claim's selection), inbound (first_seen), queues (pause),
+workers (worker records, maintenance leases, timeouts), schedules (the scheduler's passes and the
+settings sync); sql/sqlite/ jobs, enqueue, state (workers, leases, queues, inbound marks), schedules.
+The dashboard's statements are each folder's stats. A name defined twice in one engine is an error at
+import; a name one engine has and the other lacks is an error too.
 """
 
 from types import ModuleType, SimpleNamespace
@@ -21,25 +20,24 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..exceptions import ConfigurationError
-from . import (
-    postgres,
-    postgres_depth,
-    postgres_enqueue,
-    postgres_inbound,
-    postgres_queues,
-    postgres_schedules,
-    postgres_workers,
-    sqlite,
-    sqlite_enqueue,
-    sqlite_schedules,
-    sqlite_state,
-    sqlite_stats,
-    stats,
-)
 from .capabilities import POSTGRESQL, SQLITE, Capabilities
-from .engines import Engine, Result, Script, Unsupported
-from .postgres_engine import PostgresEngine
-from .sqlite_engine import SqliteEngine
+from .engine import Engine, Result, Script, Unsupported
+from .postgres import depth as pg_depth
+from .postgres import enqueue as pg_enqueue
+from .postgres import inbound as pg_inbound
+from .postgres import jobs as pg_jobs
+from .postgres import queues as pg_queues
+from .postgres import returns as pg_returns
+from .postgres import schedules as pg_schedules
+from .postgres import stats as pg_stats
+from .postgres import workers as pg_workers
+from .postgres.engine import PostgresEngine
+from .sqlite import enqueue as lite_enqueue
+from .sqlite import jobs as lite_jobs
+from .sqlite import schedules as lite_schedules
+from .sqlite import state as lite_state
+from .sqlite import stats as lite_stats
+from .sqlite.engine import SqliteEngine
 
 __all__ = ["Capabilities", "Engine", "Result", "engine_for", "statements_for"]
 
@@ -57,22 +55,16 @@ def _statements(*modules: ModuleType) -> Any:
 
 
 POSTGRES = _statements(
-    postgres,
-    postgres_depth,
-    postgres_enqueue,
-    postgres_inbound,
-    postgres_queues,
-    postgres_schedules,
-    postgres_workers,
+    pg_jobs, pg_returns, pg_depth, pg_enqueue, pg_inbound, pg_queues, pg_schedules, pg_workers
 )
-SQLITE_STATEMENTS = _statements(sqlite, sqlite_enqueue, sqlite_state, sqlite_schedules)
+SQLITE_STATEMENTS = _statements(lite_jobs, lite_enqueue, lite_state, lite_schedules)
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):
     raise ImportError(f"statements missing from one engine: {sorted(_odd)}")
 
 # The dashboard's statements (read by the admin and jobq_stats), the same names in each engine.
-POSTGRES_STATS = _statements(stats)
-SQLITE_STATS = _statements(sqlite_stats)
+POSTGRES_STATS = _statements(pg_stats)
+SQLITE_STATS = _statements(lite_stats)
 if _odd := set(vars(POSTGRES_STATS)) ^ set(vars(SQLITE_STATS)):
     raise ImportError(f"dashboard statements missing from one engine: {sorted(_odd)}")
 

@@ -16,8 +16,8 @@ from ..models import Job
 from .lanes import Lane, Running
 
 if TYPE_CHECKING:
-    from ..idle_lock import IdleLock
-    from ..listener import Listener
+    from ..notify.idle_lock import IdleLock
+    from ..notify.listener import Listener
     from ..reaper import Reaper
 
 logger = logging.getLogger("django_jobq")

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from .. import validation, wakeup
+from .. import validation
 from ..conf import jobq_settings
 from ..engine_checks import engine_problems
 from ..exceptions import ConfigurationError, InvalidJob
-from ..idle_lock import IdleLock
-from ..listener import CLAIM_AGAIN, STATE_CHANGED, Listener
 from ..models import Job
+from ..notify import wakeup
+from ..notify.idle_lock import IdleLock
+from ..notify.listener import CLAIM_AGAIN, STATE_CHANGED, Listener
 from ..sql import engine_for
 from .heartbeat import HeartbeatMixin
 from .lanes import ALL_QUEUES, Lane

@@ -4,7 +4,7 @@
 from django.utils import timezone
 
 import django_jobq
-from django_jobq.tasks_api import task  # django.tasks.task (Django 6), django_tasks.task (5.2)
+from django_jobq.backend.compat import task  # django.tasks.task (Django 6), django_tasks.task (5.2)
 
 from .models import Order
 

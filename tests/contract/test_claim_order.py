@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
-from django_jobq.sql import postgres
+from django_jobq.sql.postgres import jobs as postgres
 
 pytestmark = [pytest.mark.contract, pytest.mark.p0, pytest.mark.django_db]
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from django_jobq import dashboard
 from django_jobq.models import Job, JobStatus, WorkerRecord
-from django_jobq.sql import stats
+from django_jobq.sql.postgres import stats
 from tests.conftest import explain, plan_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -280,7 +280,7 @@ def test_a_requeued_job_wakes_a_waiting_worker(staff, a_worker_waits):
     later wakes nobody (no worker could claim it yet)."""
     import psycopg
 
-    from django_jobq.listener import connection_params
+    from django_jobq.notify.listener import connection_params
 
     client = staff("view_job", "requeue_job")
     now, later = dead_job(queue="now"), dead_job(queue="later")

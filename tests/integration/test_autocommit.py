@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from django_jobq import autocommit
-from django_jobq.listener import connection_params
+from django_jobq.notify.listener import connection_params
 from django_jobq.ratelimit import TokenBucket
 from tests.conftest import ROOT, child_env, wait_until
 

@@ -10,17 +10,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from django_jobq.backend import JobqBackend, JobqTask, jobq_priority
-from django_jobq.exceptions import (
-    ArgumentsNotJSON,
-    DedupeKeyConflict,
-    JobqError,
-    PayloadMismatch,
-    PayloadTooLarge,
-)
-from django_jobq.listener import connection_params
-from django_jobq.models import Job, JobStatus
-from django_jobq.registry import find_task
-from django_jobq.tasks_api import (
+from django_jobq.backend.compat import (
     FORWARDS_TASK_OPTIONS,
     InvalidTask,
     TaskResultDoesNotExist,
@@ -29,6 +19,16 @@ from django_jobq.tasks_api import (
     task_backends,
     task_enqueued,
 )
+from django_jobq.exceptions import (
+    ArgumentsNotJSON,
+    DedupeKeyConflict,
+    JobqError,
+    PayloadMismatch,
+    PayloadTooLarge,
+)
+from django_jobq.models import Job, JobStatus
+from django_jobq.notify.listener import connection_params
+from django_jobq.registry import find_task
 from tests.testapp import dtasks
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

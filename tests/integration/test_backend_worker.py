@@ -9,8 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_jobq.backend import JobqBackend
+from django_jobq.backend.compat import TaskResultStatus, task_finished, task_started
 from django_jobq.models import Job, JobStatus
-from django_jobq.tasks_api import TaskResultStatus, task_finished, task_started
 from django_jobq.worker import Worker
 from tests.conftest import start_worker, wait_until
 from tests.testapp import dtasks

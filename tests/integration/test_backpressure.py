@@ -11,9 +11,9 @@ import time_machine
 from django.db import connection, connections, transaction
 
 from django_jobq import QueueFull
-from django_jobq.listener import connection_params
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, QueueState
+from django_jobq.notify.listener import connection_params
 from django_jobq.sql import POSTGRES as postgres
 from tests.conftest import plan_nodes
 

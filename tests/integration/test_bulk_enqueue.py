@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django_jobq.exceptions import InvalidJob, InvalidPayload, JobqError
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
-from django_jobq.sql.postgres_bulk import BULK_MIN_ROWS
+from django_jobq.sql.postgres.bulk import BULK_MIN_ROWS
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -113,7 +113,8 @@ def test_it_joins_the_callers_transaction():
 
 def test_a_refused_copy_leaves_the_callers_transaction_usable(monkeypatch):
     """A COPY the database refuses rolls back its own savepoint only."""
-    from django_jobq.sql import postgres_bulk, postgres_engine
+    from django_jobq.sql.postgres import bulk as postgres_bulk
+    from django_jobq.sql.postgres import engine as postgres_engine
 
     monkeypatch.setattr(
         postgres_engine, "BULK_COPY", postgres_bulk.BULK_COPY.replace("jobq_job", "jobq_nope")

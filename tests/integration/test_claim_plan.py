@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from django_jobq.models import Job
-from django_jobq.sql import postgres
+from django_jobq.sql import POSTGRES as postgres
 from tests.conftest import explain, plan_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.p1, pytest.mark.django_db]

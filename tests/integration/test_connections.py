@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 
 from django_jobq import autocommit
-from django_jobq.idle_lock import IdleLock
-from django_jobq.listener import Listener
 from django_jobq.models import Job
+from django_jobq.notify.idle_lock import IdleLock
+from django_jobq.notify.listener import Listener
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.p1, pytest.mark.django_db(transaction=True)]

@@ -8,12 +8,12 @@ import psycopg
 import pytest
 from django.db import connections, transaction
 
-from django_jobq import idle_lock
-from django_jobq.idle_lock import IdleLock
-from django_jobq.listener import connection_params
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
-from django_jobq.sql.postgres_bulk import BULK_MIN_ROWS
+from django_jobq.notify import idle_lock
+from django_jobq.notify.idle_lock import IdleLock
+from django_jobq.notify.listener import connection_params
+from django_jobq.sql.postgres.bulk import BULK_MIN_ROWS
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_jobq.models import Job, JobStatus
-from django_jobq.sql import postgres
+from django_jobq.sql.postgres import jobs as postgres
 from tests.conftest import plan_nodes
 
 # Transactional: the fixtures commit their rows and VACUUM ANALYZE them, as a live table would be; a

@@ -13,9 +13,9 @@ from django.db import OperationalError, connection, connections, transaction
 
 import django_jobq
 from django_jobq import InvalidJob
-from django_jobq.listener import STATE_CHANGED, connection_params
 from django_jobq.managers import JobManager, NewJob
 from django_jobq.models import Job, JobStatus, QueueState, WorkerRecord
+from django_jobq.notify.listener import STATE_CHANGED, connection_params
 from django_jobq.worker import ALL_QUEUES, Worker
 from tests.conftest import ROOT, start_worker, wait_until
 from tests.integration.test_readme import readme_blocks

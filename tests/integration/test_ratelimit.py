@@ -21,10 +21,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_jobq import InvalidJob, RateLimitUnavailable, autocommit, ratelimit
-from django_jobq.listener import connection_params
 from django_jobq.models import RateBucket, RateWindow
+from django_jobq.notify.listener import connection_params
 from django_jobq.ratelimit import SlidingWindow, TokenBucket, prune
-from django_jobq.sql.postgres_ratelimit import REST_STEP_SECONDS
+from django_jobq.sql.postgres.ratelimit import REST_STEP_SECONDS
 from tests.conftest import plan_nodes, run_module, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from django_jobq import ratelimit
 from django_jobq.dedupe import MAX_MARK_BATCHES
-from django_jobq.listener import connection_params
 from django_jobq.models import InboundMark, Job, JobStatus
+from django_jobq.notify.listener import connection_params
 from django_jobq.reaper import Reaper
 from tests.conftest import wait_until
 

@@ -8,9 +8,9 @@ import pytest
 from django.db import transaction
 
 from django_jobq import backoff, signals
-from django_jobq.listener import connection_params
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, WorkerRecord
+from django_jobq.notify.listener import connection_params
 from django_jobq.worker import Worker, parse_lanes
 from tests.conftest import wait_until
 from tests.testapp.models import Execution

@@ -9,9 +9,9 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
-from django_jobq.listener import connection_params
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, WorkerRecord
+from django_jobq.notify.listener import connection_params
 from django_jobq.worker import EXIT_STUCK, Worker
 from tests.conftest import wait_until
 from tests.testapp.models import Execution

@@ -6,8 +6,8 @@ import asyncio
 
 from django_jobq import RetryPolicy
 from django_jobq.backend import task
-from django_jobq.tasks_api import FORWARDS_TASK_OPTIONS
-from django_jobq.tasks_api import task as django_task
+from django_jobq.backend.compat import FORWARDS_TASK_OPTIONS
+from django_jobq.backend.compat import task as django_task
 
 from .models import Execution
 

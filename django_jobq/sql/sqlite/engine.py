@@ -10,8 +10,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .engines import Engine, Result, Script, Statement, Unsupported
-from .sqlite_enqueue import HELD
+from ..engine import Engine, Result, Script, Statement, Unsupported
+from .enqueue import HELD
 
 _predicates: dict[str, str] = {}  # database file -> the dedupe index's WHERE, as created
 
@@ -85,7 +85,7 @@ class SqliteEngine(Engine):
     def setup_problems(self, alias: str) -> tuple[list[str], list[str]]:
         from django.db import connections
 
-        from .sqlite_setup import version_problem
+        from .setup import version_problem
 
         errors = [problem] if (problem := version_problem()) else []
         options = connections[alias].settings_dict.get("OPTIONS") or {}
@@ -100,14 +100,14 @@ class SqliteEngine(Engine):
 
     def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
         # SQLite has no statement timeout; a lock wait is bounded by the busy timeout.
-        from .sqlite_setup import configure
+        from .setup import configure
 
         configure(wrapper, lock_s)
 
     def wake_local(self, alias: str, queues: Sequence[str]) -> None:
         from django.db import transaction
 
-        from .. import wakeup
+        from ...notify import wakeup
 
         names = list(queues)
         transaction.on_commit(lambda: wakeup.notify(names), using=alias)

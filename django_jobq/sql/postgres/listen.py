@@ -1,7 +1,7 @@
 """PostgreSQL: the statements of a worker's LISTEN side, on its own psycopg connections rather than
 Django's (PostgreSQL only: no other engine listens, so they are not part of the engine interface)."""
 
-from .postgres_terms import IDLE_LOCK
+from .terms import IDLE_LOCK
 
 # The idle lock (django_jobq/idle_lock.py), on the worker's own session connection. Taking it waits
 # for every enqueue that took it shared (and so did not notify) to commit or roll back; enqueues that

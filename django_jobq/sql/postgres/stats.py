@@ -8,7 +8,7 @@ that (DONE_COUNT, DONE_ESTIMATE). All statements here are read-only, except DELE
 the admin's guarded delete.
 """
 
-from .postgres import DEAD, DONE, NOW, PENDING, RUNNING
+from .jobs import DEAD, DONE, NOW, PENDING, RUNNING
 
 # active: per queue, the PENDING, RUNNING and DEAD jobs. Each arm repeats its partial index's predicate
 # (status = …) so PostgreSQL reads jobq_job_claim, jobq_job_lease and jobq_job_dead respectively.

@@ -1,7 +1,7 @@
 """PostgreSQL: the claim's selection (the "picked" CTE that claim statements share). Kept apart from
-django_jobq.sql.postgres, which composes it with the UPDATE that takes the picked rows."""
+django_jobq.sql.postgres.jobs, which composes it with the UPDATE that takes the picked rows."""
 
-from .postgres_terms import NOW, PENDING, RUNNING
+from .terms import NOW, PENDING, RUNNING
 
 # claim: pick up to %(limit)s due PENDING jobs and make them RUNNING for this worker, in one statement.
 # The selection locks its rows FOR UPDATE SKIP LOCKED, so concurrent claimers never wait for or take the

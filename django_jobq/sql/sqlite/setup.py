@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..exceptions import ConfigurationError
+from ...exceptions import ConfigurationError
 
 MIN_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
 MIN_BUSY_SECONDS = 5.0
@@ -51,7 +51,7 @@ def exception_class(text: str | None) -> str:
 
 def on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
     """connection_created receiver: configure every new connection of the queue's SQLite alias."""
-    from ..conf import jobq_settings
+    from ...conf import jobq_settings
 
     if connection.vendor != "sqlite":
         return

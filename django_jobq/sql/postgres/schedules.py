@@ -6,7 +6,7 @@ SET_TICK_JOBS links them; ADVANCE_SCHEDULES moves every next_run_at at the end. 
 (zones, DST, missed ticks) is done in Python between the statements, by django_jobq.cron.
 """
 
-from .postgres_terms import NOW
+from .terms import NOW
 
 # due_schedules: lock the enabled schedules whose next tick has come (next_run_at <= now) or that have
 # none yet (NULL: new, edited or re-enabled; the pass only computes their next tick), and read the

@@ -1,6 +1,6 @@
 """Inbound delivery dedupe (jobq_inbound): one mark per (namespace, key) while its window lasts."""
 
-from .postgres_terms import NOW
+from .terms import NOW
 
 # first_seen: take the mark of (namespace, key) for %(ttl)s seconds; a row back means this caller is
 # the first in the window. A new pair is inserted; an existing mark is renewed only if it has expired

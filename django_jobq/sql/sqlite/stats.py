@@ -1,9 +1,9 @@
-"""SQLite: the statements behind the admin dashboard and ``manage.py jobq_stats`` (sql/stats.py has
+"""SQLite: the statements behind the admin dashboard and ``manage.py jobq_stats`` (sql/postgres/stats.py has
 the PostgreSQL ones, under the same names). Read-only, except DELETE_INACTIVE. SQLite keeps no
 planner statistics of a table's rows, so DONE jobs are always counted (DONE_COUNT), up to the
 caller's limit."""
 
-from .sqlite_terms import DEAD, DONE, NOW, PENDING, RUNNING, each, plus
+from .terms import DEAD, DONE, NOW, PENDING, RUNNING, each, plus
 
 ACTIVE = f"""
 SELECT {PENDING} AS status, queue, count(*) AS jobs,

@@ -1,4 +1,4 @@
-"""SQLite: schedules and their ticks (sql/postgres_schedules.py has the pass and the guarantees).
+"""SQLite: schedules and their ticks (sql/postgres/schedules.py has the pass and the guarantees).
 
 A pass's transaction (transaction.atomic on the queue's database, IMMEDIATE as the README's settings
 make it) holds SQLite's write lock from its start, so passes of several scheduler processes run one
@@ -6,7 +6,7 @@ after the other and never take the same schedule at once; the tick table's prima
 publishes each tick once whatever moves next_run_at back.
 """
 
-from .sqlite_terms import NOW, each, plus
+from .terms import NOW, each, plus
 
 
 def _at(param: str, key: str = "a.key") -> str:

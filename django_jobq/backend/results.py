@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from .conf import jobq_settings
-from .tasks_api import TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_attr
+from ..conf import jobq_settings
+from .compat import TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_attr
 
 if TYPE_CHECKING:
-    from .context import JobContext
-    from .models import Job
+    from ..context import JobContext
+    from ..models import Job
 
 WORKER_LOST = "django_jobq.exceptions.WorkerLost"  # an attempt that ended without an exception
 RESULT_COLUMNS = (
@@ -36,8 +36,8 @@ def django_task_of(entry: Any) -> Any:
 
 def get_result(alias: str, result_id: Any) -> Any:
     """The result of job ``result_id``; TaskResultDoesNotExist unless it is a Django task's job."""
-    from .models import Job
-    from .registry import resolve_task
+    from ..models import Job
+    from ..registry import resolve_task
 
     try:
         job_id = int(str(result_id))
@@ -75,7 +75,7 @@ def result_of(job: Job, task: Any, alias: str) -> Any:
 def running_result(task: Any, alias: str, context: JobContext) -> Any:
     """The RUNNING result a task sees in its worker. The claim's columns suffice on a first attempt;
     a later one reads the error history (the earlier attempts' workers and errors)."""
-    from .models import Job
+    from ..models import Job
 
     job = context.job
     history: list[Any] = []

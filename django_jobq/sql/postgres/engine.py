@@ -11,10 +11,10 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from psycopg.types.json import Jsonb
 
-from ..conf import jobq_settings
-from .engines import Engine, NewRow, Result, Statement
-from .postgres_bulk import BULK_COPY, BULK_MIN_ROWS, BULK_RESERVE, BULK_TYPES, BULK_WAKE
-from .postgres_terms import PENDING
+from ...conf import jobq_settings
+from ..engine import Engine, NewRow, Result, Statement
+from .bulk import BULK_COPY, BULK_MIN_ROWS, BULK_RESERVE, BULK_TYPES, BULK_WAKE
+from .terms import PENDING
 
 
 class QueueCursor(psycopg.Cursor[Any]):

@@ -1,6 +1,6 @@
 """Terms every PostgreSQL statement shares: the clock and the status codes (from status.JobStatus)."""
 
-from ..status import DEAD, DONE, PENDING, RUNNING
+from ...status import DEAD, DONE, PENDING, RUNNING
 
 __all__ = ["CLOCK", "DEAD", "DONE", "IDLE_LOCK", "NOW", "PENDING", "RUNNING", "wake"]
 

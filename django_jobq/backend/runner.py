@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 
-from . import registry
-from .backend_results import running_result
-from .exceptions import InvalidPayload, PayloadMismatch, PermanentError
-from .tasks import _signature
-from .tasks import task as jobq_task
-from .tasks_api import Task, TaskContext, TaskError, TaskResultStatus, set_attr, task_finished, task_started
+from .. import registry
+from ..exceptions import InvalidPayload, PayloadMismatch, PermanentError
+from ..tasks import _signature
+from ..tasks import task as jobq_task
+from .compat import Task, TaskContext, TaskError, TaskResultStatus, set_attr, task_finished, task_started
+from .results import running_result
 
 if TYPE_CHECKING:
-    from .context import JobContext
-    from .tasks import Task as JobqTaskEntry
+    from ..context import JobContext
+    from ..tasks import Task as JobqTaskEntry
 
 logger = logging.getLogger("django_jobq")
 
@@ -143,7 +143,7 @@ def _finish_failed(task: Any, backend: Any, context: JobContext, result: Any, ex
     """On the attempt that ends the job (permanent error or no attempts left): FAILED, task_finished."""
     from django.utils import timezone
 
-    from .worker.runner import class_path, default_policy, format_error
+    from ..worker.runner import class_path, default_policy, format_error
 
     entry = registry.find_task(task.module_path)
     policy = (entry.retry if entry else None) or default_policy()

@@ -1,4 +1,4 @@
-"""SQLite: the statements that insert jobs, and the dedupe rule (sql/postgres_enqueue.py has it).
+"""SQLite: the statements that insert jobs, and the dedupe rule (sql/postgres/enqueue.py has it).
 
 At most one row holds each key: the partial unique index jobq_job_dedupe (dedupe_key set, key not
 released). A keyed enqueue is two steps under BEGIN IMMEDIATE: release the holder whose window is
@@ -6,8 +6,8 @@ over, then INSERT ... ON CONFLICT on that index. The write lock is held from the
 other enqueue of the key runs between them: one job per window, decided by the index.
 """
 
-from .engines import Result, Script, Unsupported
-from .sqlite_terms import NOW, PENDING, micros, plus, window_over
+from ..engine import Result, Script, Unsupported
+from .terms import NOW, PENDING, micros, plus, window_over
 
 # The dedupe index's predicate as Django wrote it, so SQLite matches ON CONFLICT to that partial index.
 HELD = "dedupe_key IS NOT NULL AND key_released = 0"

@@ -13,7 +13,7 @@ import psycopg
 from django.db import connections
 from psycopg import sql
 
-from .conf import jobq_settings, listen_target
+from ..conf import jobq_settings, listen_target
 
 logger = logging.getLogger("django_jobq")
 

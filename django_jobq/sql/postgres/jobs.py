@@ -21,8 +21,8 @@ counts every failed attempt. An entry holds the attempt, when, the worker, the e
 exception failed the attempt, its class path ('class').
 """
 
-from .postgres_enqueue import window_over
-from .postgres_pick import (
+from .enqueue import window_over
+from .pick import (
     _HELD_BACK,
     _HELD_BACK_CAPPED,
     _PICK_ANY,
@@ -36,7 +36,7 @@ from .postgres_pick import (
     _REST,
     _WALK,
 )
-from .postgres_terms import DEAD, DONE, NOW, PENDING, RUNNING, wake
+from .terms import DEAD, DONE, NOW, PENDING, RUNNING, wake
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
 
@@ -387,37 +387,4 @@ RUNNING_BY_TASK = f"""
 SELECT task, concurrency_key, count(*) FROM jobq_job
 WHERE status = {RUNNING} AND task = ANY(%(tasks)s::text[])
 GROUP BY task, concurrency_key
-"""
-
-# release_unstarted: jobs a worker claimed ahead and never started (it is stopping, they wait behind
-# long runs, or their lease may have run out) go back to PENDING at once, keeping their run_at (their
-# place in the queue). Nothing ran, so the attempt the claim counted is returned and no release is
-# counted. Fenced like every transition: only runs this worker still owns. Idle workers are woken as
-# by an enqueue (wake), so another worker takes them now rather than at its next poll.
-RELEASE_UNSTARTED = f"""
-UPDATE jobq_job AS j
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1
-FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
-RETURNING j.id, j.queue, {wake("j.queue")}
-"""
-
-# due_exists: is a PENDING job due in one queue (or in every queue but %(exclude)s)? Asked by a slot
-# that would hold its job through an in-slot retry while the lane has no free slot. Reads the claim
-# index (status PENDING: queue, priority, run_at) and stops at the first row; takes no lock.
-DUE_EXISTS = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
-    WHERE status = {PENDING} AND queue = %(queue)s AND run_at <= {NOW})"""
-DUE_EXISTS_REST = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
-    WHERE status = {PENDING} AND {_REST.format(q="queue")} AND run_at <= {NOW})"""
-
-# snooze: give owned runs back to PENDING without using up an attempt (the claim had counted it),
-# due again after %(delays)s seconds each: a job over a task's cap, or without a rate-limit permit.
-# The fence stays raised (the next claim raises it again), so the run is over for good.
-SNOOZE = f"""
-UPDATE jobq_job AS j
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1,
-    run_at = {NOW} + make_interval(secs => d.delay)
-FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(delays)s::float8[]) AS d(id, fence, delay)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
-RETURNING j.id
 """

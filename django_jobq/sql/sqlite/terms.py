@@ -7,7 +7,7 @@ through julianday() and keeps millisecond resolution. Durations are integer micr
 DurationField on SQLite). A list parameter travels as a JSON array and is read with json_each().
 """
 
-from ..status import DEAD, DONE, PENDING, RUNNING  # the codes, from status.JobStatus
+from ...status import DEAD, DONE, PENDING, RUNNING  # the codes, from status.JobStatus
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "each", "micros", "plus", "ts", "window_over"]
 

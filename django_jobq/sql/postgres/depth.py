@@ -29,7 +29,7 @@ depth exceeds MAX_DEPTH by at most the jobs those concurrent calls insert (one e
 stops there once they commit.
 """
 
-from .postgres_terms import DEAD, PENDING, RUNNING
+from .terms import DEAD, PENDING, RUNNING
 
 # The last id the job table's id sequence handed out (0 before the first). The sequence is the one
 # PostgreSQL names for jobq_job's identity column, resolved once when the statement is planned.

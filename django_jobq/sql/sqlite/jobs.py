@@ -10,8 +10,8 @@ the owner's worker_id and the fence (the fencing token), success reported throug
 fence grows by one with every claim and in-slot retry and nothing lowers it.
 """
 
-from .engines import Result, Script, Unsupported
-from .sqlite_terms import DEAD, DONE, NOW, PENDING, RUNNING, each, plus, ts, window_over
+from ..engine import Result, Script, Unsupported
+from .terms import DEAD, DONE, NOW, PENDING, RUNNING, each, plus, ts, window_over
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "ts"]
 

@@ -5,7 +5,7 @@ interval (and when a pause or resume notifies it) and leaves the paused queues o
 the claim statement costs the same whether anything is paused or not.
 """
 
-from .postgres_terms import NOW
+from .terms import NOW
 
 # pause_queue: mark the queue paused, creating its row if it has none. A row comes back only when the
 # queue was not paused (the insert, or the DO UPDATE whose WHERE found it running), so of any number of

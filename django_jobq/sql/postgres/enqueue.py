@@ -28,8 +28,8 @@ Only the unkeyed statements (ENQUEUE, ENQUEUE_MANY) leave the dedupe columns out
 unique index nothing.
 """
 
-from .postgres_depth import gate, room
-from .postgres_terms import DEAD, DONE, NOW, PENDING, wake
+from .depth import gate, room
+from .terms import DEAD, DONE, NOW, PENDING, wake
 
 # The dedupe index's predicate, repeated in ON CONFLICT so PostgreSQL infers that partial index.
 HELD = "dedupe_key IS NOT NULL AND NOT key_released"

@@ -32,7 +32,7 @@ or the bound %(now)s of the "python" clock. A key's time never goes back all the
 back, a bound %(now)s moved back): a grant counts at the later of the clock and the row's last time.
 """
 
-from .postgres_terms import CLOCK, NOW
+from .terms import CLOCK, NOW
 
 _N = "%(n)s::int"
 

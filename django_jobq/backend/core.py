@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 from django.core.checks import CheckMessage, Error
 from django.utils import timezone
 
-from . import backend_runner, validation
-from .backend_results import get_result
-from .backoff import RetryPolicy
-from .exceptions import (
+from .. import validation
+from ..backoff import RetryPolicy
+from ..exceptions import (
     ArgumentsNotJSON,
     ConfigurationError,
     DedupeKeyConflict,
@@ -31,9 +30,10 @@ from .exceptions import (
     PayloadMismatch,
     PayloadTooLarge,
 )
-from .registry import find_task
-from .tasks import _signature
-from .tasks_api import (
+from ..registry import find_task
+from ..tasks import _signature
+from . import runner as backend_runner
+from .compat import (
     BaseTaskBackend,
     InvalidTask,
     Task,
@@ -42,6 +42,7 @@ from .tasks_api import (
     task_backends,
     task_enqueued,
 )
+from .results import get_result
 
 if TYPE_CHECKING:
     _TaskBase = Task[..., Any]  # generic in the type stubs only
@@ -172,7 +173,7 @@ class JobqBackend(BaseTaskBackend):
         """One jobq row in the caller's transaction (NOTIFY on its commit); the result's id is the job's.
         A duplicate answers the result of the job holding the key; DedupeKeyConflict when that job is
         another task's."""
-        from .models import Job
+        from ..models import Job
 
         self.validate_task(task)  # as Django's backends do: TASKS may have changed since it was made
         name = task.module_path
@@ -237,8 +238,8 @@ def _check_arguments(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None
 def _key_holder(key: str | None, task: str) -> int | None:
     """The id of the job holding dedupe key ``key``, if any; DedupeKeyConflict when it is not a job of
     ``task`` (replace leaves another task's holder alone, and its result is not this call's)."""
-    from .conf import jobq_settings
-    from .models import Job
+    from ..conf import jobq_settings
+    from ..models import Job
 
     if key is None:
         return None
@@ -254,7 +255,7 @@ def _key_holder(key: str | None, task: str) -> int | None:
 def call_options(task: Any) -> None:
     """Check the per-call jobq options a task carries (the task-level ones are checked when it is
     registered); a JobqError for the first bad one."""
-    from .managers.producing import ON_DUPLICATE
+    from ..managers.producing import ON_DUPLICATE
 
     if (attempts := getattr(task, "max_attempts", None)) is not None:
         validation.max_attempts(attempts)

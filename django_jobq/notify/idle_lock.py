@@ -1,6 +1,6 @@
 """The idle lock: while one of this worker's lanes found less work than it had room for (it may be
 asleep until a notification), the worker holds a PostgreSQL advisory lock that makes every enqueue
-NOTIFY (sql.postgres_terms.wake). While every lane is full, it lets the lock go and enqueues commit
+NOTIFY (sql/postgres/terms.py, wake). While every lane is full, it lets the lock go and enqueues commit
 without NOTIFY, whose commits PostgreSQL serialises: a busy queue's producers never pay for wake-ups
 nobody waits for, and a lane that runs short claims again before it sleeps."""
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import psycopg
 
-from .conf import jobq_settings
+from ..conf import jobq_settings
+from ..sql.postgres.listen import IDLE_LOCK_RELEASE, IDLE_LOCK_SESSION, IDLE_LOCK_TAKE, IDLE_LOCK_TAKEN
 from .listener import HEALTH_CHECK_SECONDS, listen_params
-from .sql.postgres_listen import IDLE_LOCK_RELEASE, IDLE_LOCK_SESSION, IDLE_LOCK_TAKE, IDLE_LOCK_TAKEN
 
 logger = logging.getLogger("django_jobq")
 

@@ -2,7 +2,7 @@
 (postgres_engine.PostgresEngine.copy_unkeyed). Not part of the engine interface: an engine without
 it inserts the batch with ENQUEUE_MANY."""
 
-from .postgres_terms import NOW, wake
+from .terms import NOW, wake
 
 # The fewest jobs sent with COPY: below it, ENQUEUE_MANY's single round trip is as fast.
 BULK_MIN_ROWS = 100

@@ -1,8 +1,8 @@
-"""SQLite: workers, maintenance leases, queue state and inbound marks (sql/postgres_workers.py,
-postgres_queues.py, postgres_inbound.py). Each is one statement: the single writer makes the upserts'
+"""SQLite: workers, maintenance leases, queue state and inbound marks (sql/postgres/workers.py,
+queues.py, inbound.py). Each is one statement: the single writer makes the upserts'
 "exactly one caller wins" hold without more."""
 
-from .sqlite_terms import NOW, plus
+from .terms import NOW, plus
 
 WORKER_BEAT = f"""
 INSERT INTO jobq_worker (worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at,

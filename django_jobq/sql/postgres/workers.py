@@ -1,7 +1,7 @@
 """PostgreSQL: the statements about workers and maintenance roles rather than jobs: the worker's
-record, the maintenance leases, the session's timeouts. Names exported by django_jobq.sql.postgres."""
+record, the maintenance leases, the session's timeouts. Names exported by django_jobq.sql.postgres.jobs."""
 
-from .postgres_terms import NOW
+from .terms import NOW
 
 # worker_beat: upsert the worker's row (who is alive, what it runs). One row per worker process;
 # only that process writes it, so there is no contention.

@@ -1,0 +1,41 @@
+"""PostgreSQL: the jobs a worker gives back without running them (claimed ahead and never started;
+snoozed), and the backlog probe a slot asks before holding a job through an in-slot retry. Fenced
+like every transition out of RUNNING (sql/postgres/jobs.py has the rules)."""
+
+from .pick import _REST
+from .terms import NOW, PENDING, RUNNING, wake
+
+_J_OWNED = f"j.status = {RUNNING} AND j.worker_id = %(worker_id)s"
+
+# release_unstarted: jobs a worker claimed ahead and never started (it is stopping, they wait behind
+# long runs, or their lease may have run out) go back to PENDING at once, keeping their run_at (their
+# place in the queue). Nothing ran, so the attempt the claim counted is returned and no release is
+# counted. Fenced like every transition: only runs this worker still owns. Idle workers are woken as
+# by an enqueue (wake), so another worker takes them now rather than at its next poll.
+RELEASE_UNSTARTED = f"""
+UPDATE jobq_job AS j
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1
+FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
+RETURNING j.id, j.queue, {wake("j.queue")}
+"""
+
+# due_exists: is a PENDING job due in one queue (or in every queue but %(exclude)s)? Asked by a slot
+# that would hold its job through an in-slot retry while the lane has no free slot. Reads the claim
+# index (status PENDING: queue, priority, run_at) and stops at the first row; takes no lock.
+DUE_EXISTS = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
+    WHERE status = {PENDING} AND queue = %(queue)s AND run_at <= {NOW})"""
+DUE_EXISTS_REST = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
+    WHERE status = {PENDING} AND {_REST.format(q="queue")} AND run_at <= {NOW})"""
+
+# snooze: give owned runs back to PENDING without using up an attempt (the claim had counted it),
+# due again after %(delays)s seconds each: a job over a task's cap, or without a rate-limit permit.
+# The fence stays raised (the next claim raises it again), so the run is over for good.
+SNOOZE = f"""
+UPDATE jobq_job AS j
+SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1,
+    run_at = {NOW} + make_interval(secs => d.delay)
+FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(delays)s::float8[]) AS d(id, fence, delay)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
+RETURNING j.id
+"""
