@@ -25,6 +25,7 @@ from .pausing import PauseMixin
 from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
+GIVE_BACK_RETRY_SECONDS = 1.0  # a give-back the database did not take is tried again after this
 Report = Callable[[], None]  # logs and signals about an outcome, sent once the lane's jobs are handed out
 
 
@@ -63,7 +64,8 @@ class DispatchMixin(PauseMixin):
                 if self.abandon.is_set() or self._lane_finished(lane):
                     return None
                 stopping = self.stopping.is_set()
-                if lane.unstarted or (stopping and not lane.work.empty()) or lane.surplus(claim_ahead, now):
+                give_back = lane.unstarted and now >= lane.give_back_at
+                if give_back or (stopping and not lane.work.empty()) or lane.surplus(claim_ahead, now):
                     outcomes, lane.outcomes = lane.outcomes, []
                     return outcomes  # claimed ahead, never started: to give back now
                 if lane.woken:
@@ -76,6 +78,8 @@ class DispatchMixin(PauseMixin):
                     outcomes, lane.outcomes = lane.outcomes, []
                     return outcomes
                 timeout = max(0.001, poll_at - now) if lane.idle else 0.5
+                if lane.unstarted:  # a give-back the database did not take: try again then
+                    timeout = min(timeout, max(0.001, lane.give_back_at - now))
                 if not lane.work.empty() and (long_in := lane.next_long_run(now)) is not None:
                     timeout = min(timeout, long_in + 0.001)  # then what waits behind it goes back
                 lane.cond.wait(timeout=timeout)
@@ -249,10 +253,15 @@ class DispatchMixin(PauseMixin):
             return
         runs = [(entry.job.id, entry.fence) for entry in entries]
         try:
-            released = self._db(lambda: Job.objects.release_unstarted(self.worker_id, runs), attempts=3) or []
-        except DatabaseError as exc:
+            released = self._db(lambda: Job.objects.release_unstarted(self.worker_id, runs), attempts=3)
+        except DatabaseError as exc:  # refused: the runs are left to their leases
             released = []
             logger.error("worker %s: could not give back claimed-ahead jobs (%s)", self.worker_id, exc)
+        if released is None:  # the database is away: they stay ours (leased, renewed, never started)
+            with lane.cond:  # and go back once it answers again (the shutdown's release, at the latest)
+                lane.unstarted = entries + lane.unstarted
+                lane.give_back_at = time.monotonic() + GIVE_BACK_RETRY_SECONDS
+            return
         with self._lock:
             for entry in entries:
                 if self._running.get(entry.key) is entry:

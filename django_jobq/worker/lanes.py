@@ -65,7 +65,7 @@ class Running:
 class Lane:
     """One queue served by its own pool of slots, so a saturated lane never starves another.
     ``cond`` guards busy (jobs handed out and not yet finished, claimed-ahead ones included), outcomes,
-    idle, woken, run_seconds, started and unstarted; the worker's lock guards ``current``; ``held`` is
+    idle, woken, run_seconds, started, unstarted and give_back_at; the worker's lock guards ``current``; ``held`` is
     written by the lane's dispatcher only."""
 
     queue: str  # or ALL_QUEUES
@@ -85,6 +85,7 @@ class Lane:
     # claimed ahead and never started, set aside by a slot (stopping, or the lease may have run out)
     unstarted: list[Running] = field(default_factory=list)
     started: dict[int, float] = field(default_factory=dict)  # slot number -> monotonic start of its run
+    give_back_at: float = 0.0  # monotonic time before which unstarted ones are not offered again
 
     def _short(self) -> bool:
         return self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS

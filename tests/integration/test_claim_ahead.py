@@ -300,3 +300,33 @@ def test_a_heartbeat_renews_what_it_still_owns_and_marks_the_rest_lost():
     worker._heartbeat(30)
     assert kept_entry.renewed_at >= before and not kept_entry.lost
     assert taken_entry.renewed_at == old and taken_entry.lost
+
+
+@pytest.mark.p0
+def test_a_give_back_the_database_did_not_take_keeps_the_jobs_and_is_tried_again(monkeypatch):
+    """The database away while a lane gives back jobs claimed ahead (a restart): they stay the
+    worker's (tracked, so heartbeats renew them; never started), and go back once it answers."""
+    from django.db import OperationalError
+
+    from django_jobq.managers.consuming import ConsumerManager
+
+    worker = Worker({"default": 1}, worker_id="w")
+    lane = worker.lanes["default"]
+    Job.objects.enqueue_many([NewJob("test.noop"), NewJob("test.noop")])
+    entries = [_entry(worker, job, time.monotonic()) for job in Job.objects.claim_batch("w", 2)]
+    lane.unstarted, lane.busy = list(entries), 2
+
+    def away(*args, **kwargs):
+        raise OperationalError("the database system is shutting down")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ConsumerManager, "release_unstarted", away)
+        patch.setattr(time, "sleep", lambda seconds: None)  # _db's backoff between its three tries
+        worker._give_back_unstarted(lane)
+    assert lane.unstarted == entries and lane.busy == 2 and lane.give_back_at > time.monotonic()
+    assert set(worker._running) == {entry.key for entry in entries}
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 2
+    worker._give_back_unstarted(lane)  # the database answers again
+    assert lane.unstarted == [] and lane.busy == 0 and worker._running == {}
+    assert Job.objects.filter(status=JobStatus.PENDING, attempts=0).count() == 2
+    worker._side_writer.close()
