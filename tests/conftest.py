@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,28 @@ def _close_autocommit_pools():
     from django_jobq import autocommit
 
     autocommit.close_all()
+
+
+def open_enqueue(count: int = 1, **options) -> tuple[threading.Thread, threading.Event, list[int]]:
+    """A thread that enqueues ``count`` jobs (``options`` as for enqueue) in a transaction and keeps it
+    open until ``commit`` is set; returns once the jobs are inserted (their ids in the list)."""
+    from django.db import connections, transaction
+
+    from django_jobq.models import Job
+
+    inserted, commit, open_jobs = threading.Event(), threading.Event(), []
+
+    def producer() -> None:
+        try:
+            with transaction.atomic():
+                for _ in range(count):
+                    open_jobs.append(Job.objects.enqueue("test.noop", **options))
+                inserted.set()
+                commit.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    assert inserted.wait(10)
+    return thread, commit, open_jobs

@@ -8,14 +8,14 @@ import threading
 import psycopg
 import pytest
 import time_machine
-from django.db import connection, connections, transaction
+from django.db import connection, connections
 
 from django_jobq import QueueFull
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, QueueState
 from django_jobq.notify.listener import connection_params
 from django_jobq.sql import POSTGRES as postgres
-from tests.conftest import plan_nodes
+from tests.conftest import open_enqueue, plan_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -180,21 +180,7 @@ def test_jobs_of_a_transaction_open_across_the_reapers_pass_count_once_it_commit
     limit(10)
     if earlier_baseline:
         Job.objects.refresh_depths()
-    inserted, commit = threading.Event(), threading.Event()
-
-    def producer() -> None:
-        try:
-            with transaction.atomic():
-                for _ in range(9):
-                    Job.objects.enqueue("test.noop", queue="small")
-                inserted.set()
-                commit.wait(30)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=producer)
-    thread.start()
-    assert inserted.wait(10)
+    thread, commit, _ = open_enqueue(9, queue="small")
     try:
         Job.objects.refresh_depths()  # the pass cannot see the 9 jobs, nor count them
     finally:

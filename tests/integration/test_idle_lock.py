@@ -2,11 +2,8 @@
 when an enqueue's transaction spans the moment a worker goes idle. Real workers, real PostgreSQL
 locks and notifications; the workers poll once an hour, so only a wake-up can start a job in time."""
 
-import threading
-
 import psycopg
 import pytest
-from django.db import connections, transaction
 
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
@@ -14,7 +11,7 @@ from django_jobq.notify import idle_lock
 from django_jobq.notify.idle_lock import IdleLock
 from django_jobq.notify.listener import connection_params
 from django_jobq.sql.postgres.bulk import BULK_MIN_ROWS
-from tests.conftest import wait_until
+from tests.conftest import open_enqueue, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -32,26 +29,6 @@ def waiting_for_the_lock() -> int:
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
         ).fetchone()
     return int(row[0])
-
-
-def open_enqueue() -> tuple[threading.Thread, threading.Event, list[int]]:
-    """A thread that enqueues one job in a transaction and keeps it open until ``commit`` is set;
-    returns once the job is inserted (its id in the list)."""
-    inserted, commit, open_job = threading.Event(), threading.Event(), []
-
-    def producer() -> None:
-        try:
-            with transaction.atomic():
-                open_job.append(Job.objects.enqueue("test.noop"))
-                inserted.set()
-                commit.wait(30)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=producer)
-    thread.start()
-    assert inserted.wait(10)
-    return thread, commit, open_job
 
 
 @pytest.fixture
