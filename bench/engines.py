@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def measure(jobs: int, latency_jobs: int) -> dict[str, Any]:
-    """In a process configured for one engine (tests.settings or tests.settings_sqlite)."""
+    """In a process configured for one engine (tests.settings or tests.settings.sqlite)."""
     import django
 
     django.setup()
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = {"JOBQ_SQLITE_PATH": str(Path(tmp) / "bench.sqlite3")}
-        rows.append(_child("tests.settings_sqlite", path, args.jobs, args.latency_jobs))
+        rows.append(_child("tests.settings.sqlite", path, args.jobs, args.latency_jobs))
     if args.postgres:
         rows.append(_child("tests.settings", {"DATABASE_URL": args.postgres}, args.jobs, args.latency_jobs))
     for row in rows:

@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models.functions import Now
 
 from .managers import JobManager
+from .schedule_checks import clean_schedule
 from .status import JobStatus as JobStatus  # django_jobq.models.JobStatus, as documented
 
 
@@ -312,8 +313,6 @@ class Schedule(models.Model):
         self._loaded = self._timing()
 
     def clean(self) -> None:
-        from .schedule_checks import clean_schedule
-
         clean_schedule(self)
 
     @property

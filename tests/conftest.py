@@ -34,7 +34,7 @@ def child_env(**extra: str) -> dict[str, str]:
         env = {
             **os.environ,
             "JOBQ_SQLITE_PATH": str(db["NAME"]),
-            "DJANGO_SETTINGS_MODULE": "tests.settings_sqlite",
+            "DJANGO_SETTINGS_MODULE": "tests.settings.sqlite",
             "PYTHONPATH": str(ROOT),
         }
         env.update(extra)

@@ -4,10 +4,12 @@ job on their next poll (JOBQ["POLL_INTERVAL"])."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 
 Waker = Callable[[str | None], None]
+logger = logging.getLogger("django_jobq")
 
 _lock = threading.Lock()
 _wakers: list[Waker] = []
@@ -25,9 +27,14 @@ def unregister(waker: Waker) -> None:
 
 
 def notify(payloads: Iterable[str]) -> None:
-    """Call every registered waker with each payload (a queue's name, or listener.STATE_CHANGED)."""
+    """Call every registered waker with each payload (a queue's name, or listener.STATE_CHANGED).
+    A waker that raises is logged and skipped: the others are still woken, and the commit that
+    called this (an enqueue's on_commit) never sees the error."""
     with _lock:
         wakers = list(_wakers)
     for payload in payloads:
         for waker in wakers:
-            waker(payload)
+            try:
+                waker(payload)
+            except Exception:
+                logger.exception("jobq: an in-process wake-up failed (%r); the waker polls instead", payload)

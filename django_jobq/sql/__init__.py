@@ -33,10 +33,12 @@ from .postgres import stats as pg_stats
 from .postgres import workers as pg_workers
 from .postgres.engine import PostgresEngine
 from .sqlite import enqueue as lite_enqueue
+from .sqlite import inbound as lite_inbound
 from .sqlite import jobs as lite_jobs
+from .sqlite import queues as lite_queues
 from .sqlite import schedules as lite_schedules
-from .sqlite import state as lite_state
 from .sqlite import stats as lite_stats
+from .sqlite import workers as lite_workers
 from .sqlite.engine import SqliteEngine
 
 __all__ = ["Capabilities", "Engine", "Result", "engine_for", "statements_for"]
@@ -57,7 +59,9 @@ def _statements(*modules: ModuleType) -> Any:
 POSTGRES = _statements(
     pg_jobs, pg_returns, pg_depth, pg_enqueue, pg_inbound, pg_queues, pg_schedules, pg_workers
 )
-SQLITE_STATEMENTS = _statements(lite_jobs, lite_enqueue, lite_state, lite_schedules)
+SQLITE_STATEMENTS = _statements(
+    lite_jobs, lite_enqueue, lite_inbound, lite_queues, lite_schedules, lite_workers
+)
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):
     raise ImportError(f"statements missing from one engine: {sorted(_odd)}")

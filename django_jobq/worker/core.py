@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 
 from .. import validation
+from ..checks.engine import engine_problems
 from ..conf import jobq_settings
-from ..engine_checks import engine_problems
 from ..exceptions import ConfigurationError, InvalidJob
 from ..models import Job
 from ..notify import wakeup

@@ -1,5 +1,5 @@
 """The engine-contract suite: every test here runs on PostgreSQL (tests.settings) and on SQLite
-(``pytest --ds tests.settings_sqlite tests/contract``). Tests marked ``postgresql`` check what only
+(``pytest --ds tests.settings.sqlite tests/contract``). Tests marked ``postgresql`` check what only
 PostgreSQL has (query plans, processes racing on one server) and are skipped on SQLite, with the
 marker's reason."""
 

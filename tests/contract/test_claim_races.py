@@ -22,7 +22,9 @@ def test_processes_drain_every_job_exactly_once():
     ids = Job.objects.enqueue_many(NewJob("test.noop", {"i": i}) for i in range(total))
     assert len(ids) == total
     procs = [
-        run_module("tests.claimer", f"proc-{n}", str(batch), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        run_module(
+            "tests.procs.claimer", f"proc-{n}", str(batch), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         for n in range(4)
     ]
     time.sleep(0.5)  # let the interpreters import Django before the start line

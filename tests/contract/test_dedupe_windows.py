@@ -171,7 +171,7 @@ def processes_enqueue(key: str, n: int = 4) -> list:
 
     procs = [
         run_module(
-            "tests.enqueuer", "enqueue", "test.noop", key, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            "tests.procs.enqueuer", "enqueue", "test.noop", key, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         for _ in range(n)
     ]

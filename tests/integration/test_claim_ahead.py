@@ -15,7 +15,7 @@ from django_jobq.models import Job, JobStatus
 from django_jobq.worker import Worker
 from django_jobq.worker.lanes import Running
 from tests.conftest import start_worker, wait_until
-from tests.proxy import PausableProxy
+from tests.servers.proxy import PausableProxy
 from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

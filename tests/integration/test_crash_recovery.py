@@ -14,8 +14,8 @@ from django.db import connection
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
 from django_jobq.reaper import LEASE_NAME, Reaper
-from tests import pgcluster
 from tests.conftest import child_env, start_worker, wait_until
+from tests.servers import pgcluster
 from tests.testapp.models import Execution
 
 pytestmark = [

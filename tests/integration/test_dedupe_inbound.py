@@ -79,7 +79,9 @@ def test_32_threads_on_an_expired_mark_exactly_one_renews_it():
 def test_4_processes_at_once_each_key_is_first_exactly_once():
     keys = 300
     procs = [
-        run_module("tests.inbound_caller", "procs", str(keys), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        run_module(
+            "tests.procs.inbound_caller", "procs", str(keys), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         for _ in range(4)
     ]
     time.sleep(0.5)  # let the interpreters import Django before the start line

@@ -48,9 +48,9 @@ def pooler():
 
 
 def pooled(pooler, **extra: str) -> dict[str, str]:
-    """Environment for a process whose queue connections go through the pooler (tests.settings_pooled)."""
+    """Environment for a process whose queue connections go through the pooler (tests.settings.pooled)."""
     return {
-        "DJANGO_SETTINGS_MODULE": "tests.settings_pooled",
+        "DJANGO_SETTINGS_MODULE": "tests.settings.pooled",
         "JOBQ_POOLER_URL": pooler.url(connection.settings_dict["NAME"]),
         **extra,
     }
@@ -122,7 +122,7 @@ def test_worker_and_reaper_drain_2000_jobs_through_pgbouncer_woken_by_notify_on_
                    message=f"{JOBS} jobs DONE")  # fmt: skip
         # wait_for from another process through the pooler: the completion NOTIFY arrives on the direct
         # LISTEN_DATABASE connection (its poll is an hour).
-        waiter = subprocess.run([sys.executable, "-m", "tests.pooled_waiter"], env=child_env(**env), cwd=ROOT,
+        waiter = subprocess.run([sys.executable, "-m", "tests.procs.pooled_waiter"], env=child_env(**env), cwd=ROOT,
                                 capture_output=True, text=True, timeout=150)  # fmt: skip
         assert waiter.returncode == 0, waiter.stderr[-3000:]
         assert json.loads(waiter.stdout) == {"status": JobStatus.DONE, "result": {"through": "pgbouncer"}}

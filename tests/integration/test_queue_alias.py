@@ -1,7 +1,7 @@
 """The queue on its own PostgreSQL database alias ("queue", through django_jobq.routers.JobqRouter):
 migrations create jobq's tables there only, enqueue joins atomic(using="queue") and not the default
 database's transaction, a worker drains it, and the admin reads it. Runs in subprocesses with
-tests.settings_queue_alias on two fresh databases, so the suite's own settings are untouched."""
+tests.settings.queue_alias on two fresh databases, so the suite's own settings are untouched."""
 
 import json
 import secrets
@@ -62,7 +62,7 @@ def tables(url: str) -> set[str]:
 def test_the_queue_on_a_second_database_alias(two_databases):
     app, queue = two_databases
     env = {
-        "DJANGO_SETTINGS_MODULE": "tests.settings_queue_alias",
+        "DJANGO_SETTINGS_MODULE": "tests.settings.queue_alias",
         "DATABASE_URL": app,
         "JOBQ_QUEUE_URL": queue,
     }
@@ -72,7 +72,7 @@ def test_the_queue_on_a_second_database_alias(two_databases):
     assert {"jobq_job", "jobq_worker", "jobq_lease", "jobq_schedule"} <= tables(queue)
     run(env, "-m", "django", "check", "--fail-level", "ERROR")  # jobq.E008 passes with the router
 
-    enqueued = json.loads(run(env, "-m", "tests.queue_alias_probe", "enqueue"))
+    enqueued = json.loads(run(env, "-m", "tests.procs.queue_alias_probe", "enqueue"))
     with psycopg.connect(queue) as conn:
         ids = {row[0] for row in conn.execute("SELECT id FROM jobq_job").fetchall()}
     assert set(enqueued["kept"]) <= ids and enqueued["stays"] in ids  # committed on the queue's database
@@ -89,7 +89,7 @@ def test_the_queue_on_a_second_database_alias(two_databases):
             "SELECT count(*) FROM jobq_worker WHERE worker_id = 'alias-worker'"
         ).fetchone() == (1,)
 
-    found = json.loads(run(env, "-m", "tests.queue_alias_probe", "admin"))
+    found = json.loads(run(env, "-m", "tests.procs.queue_alias_probe", "admin"))
     assert found["done"] == 21
     pages = found["pages"]
     assert {name: page["status"] for name, page in pages.items()} == dict.fromkeys(pages, 200)

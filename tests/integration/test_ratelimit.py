@@ -67,7 +67,7 @@ def race(limiters: list, calls_each: int) -> list[list[bool]]:
 def processes(kind: str, key: str, limit: int, calls: int, count: int = 4) -> list[dict]:
     procs = [
         run_module(
-            "tests.ratelimiter",
+            "tests.procs.ratelimiter",
             kind,
             key,
             str(limit),

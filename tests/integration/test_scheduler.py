@@ -195,7 +195,13 @@ def test_six_scheduler_processes_on_the_same_due_ticks_publish_exactly_one_job_p
     env = child_env(TZ="Pacific/Kiritimati")  # the server's zone changes nothing
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.scheduler_once", "--batch", "1"],  # one schedule per transaction
+            [
+                sys.executable,
+                "-m",
+                "tests.procs.scheduler_once",
+                "--batch",
+                "1",
+            ],  # one schedule per transaction
             env=env,
             cwd=ROOT,
             text=True,

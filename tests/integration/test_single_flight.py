@@ -23,7 +23,12 @@ def callers(n_threads: int, n_processes: int, key: str, **kwargs) -> list:
     """run_once from threads and processes at once; their answers (a result, or the exception)."""
     procs = [
         run_module(
-            "tests.enqueuer", "run_once", "test.expensive", key, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            "tests.procs.enqueuer",
+            "run_once",
+            "test.expensive",
+            key,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
         for _ in range(n_processes)
     ]

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tests import pgcluster
+from tests.servers import pgcluster
 
 from .support import FIGURES, Processes
 

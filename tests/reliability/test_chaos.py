@@ -16,7 +16,7 @@ import pytest
 
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
-from tests import pgcluster
+from tests.servers import pgcluster
 from tests.testapp.models import Ledger
 
 from .support import Processes, read, report, seeded, spread

@@ -89,7 +89,7 @@ def test_a_skewed_worker_and_scheduler_decide_on_the_database_clock(offset, proc
     Schedule.objects.create(name="skew", task="test.noop", cron="* * * * *")
     Schedule.objects.filter(name="skew").update(next_run_at=tick)
 
-    skewed = {"env": skew_env(offset), "module": "tests.skewed"}
+    skewed = {"env": skew_env(offset), "module": "tests.procs.skewed"}
     processes.worker("skewed", "--concurrency", "2", "--reap", **skewed)
     processes.start("scheduler", "jobq_scheduler", "--interval", "0.5", **skewed)
     wait_until(

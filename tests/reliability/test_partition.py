@@ -16,8 +16,8 @@ from django.db import connection
 
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
-from tests import pgcluster
 from tests.conftest import wait_until
+from tests.servers import pgcluster
 from tests.testapp.models import Ledger
 
 from .support import Processes, report

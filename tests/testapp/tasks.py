@@ -214,7 +214,7 @@ def atomic_record(context, then: str = "return"):
     if then == "die":
         os.kill(os.getpid(), signal.SIGKILL)
     if then == "lose":  # another worker takes the job over meanwhile (its lease ran out, it was reaped)
-        from tests.takeover import take_over
+        from tests.testapp.takeover import take_over
 
         take_over(context.job_id)
     return {"fence": context.fence}

@@ -18,19 +18,19 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
-from .conf import jobq_settings
-from .dashboard_text import WORKERS_RECENT_SECONDS
-from .dashboard_text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
-from .dashboard_text import format_table as format_table  # re-exported: dashboard.format_table
-from .models import Job
-from .registry import registered_tasks
-from .sql import engine_of
-from .status import JobStatus
+from ..conf import jobq_settings
+from ..models import Job
+from ..registry import registered_tasks
+from ..sql import engine_of
+from ..status import JobStatus
+from .text import WORKERS_RECENT_SECONDS
+from .text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
+from .text import format_table as format_table  # re-exported: dashboard.format_table
 
 # DONE jobs are counted while there are at most this many (a pass over at most that many rows); above
 # it their number comes from the planner's statistics.
 EXACT_LIMIT = 10_000
-# Workers whose heartbeat is older than WORKERS_RECENT_SECONDS (dashboard_text) are not listed; at
+# Workers whose heartbeat is older than WORKERS_RECENT_SECONDS (dashboard.text) are not listed; at
 # most WORKERS_LIMIT are.
 WORKERS_LIMIT = 50
 # A worker is "alive" while its last heartbeat is younger than this many heartbeat intervals.

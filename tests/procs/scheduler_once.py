@@ -1,7 +1,7 @@
 """A scheduler process for the replica race: says it is ready, waits for its start line, then runs
 ``manage.py jobq_scheduler --once`` with the given arguments and prints its report.
 
-Usage: python -m tests.scheduler_once [ARGS...]   (DATABASE_URL names the test database)
+Usage: python -m tests.procs.scheduler_once [ARGS...]   (DATABASE_URL names the test database)
 """
 
 import sys

@@ -1,6 +1,6 @@
 """A claiming process for the race tests: drains the queue with claim_batch, prints what it claimed.
 
-Usage: python -m tests.claimer WORKER_ID BATCH   (DATABASE_URL names the test database)
+Usage: python -m tests.procs.claimer WORKER_ID BATCH   (DATABASE_URL names the test database)
 """
 
 import json

@@ -1,6 +1,5 @@
-"""SQLite: workers, maintenance leases, queue state and inbound marks (sql/postgres/workers.py,
-queues.py, inbound.py). Each is one statement: the single writer makes the upserts'
-"exactly one caller wins" hold without more."""
+"""SQLite: worker heartbeats, the maintenance lease and session timeouts (sql/postgres/workers.py).
+The single writer makes the upserts' "exactly one caller wins" hold without more."""
 
 from .terms import NOW, plus
 
@@ -37,39 +36,3 @@ WHERE worker_id = %(worker_id)s AND stopped_at IS NULL AND last_seen_at > {plus(
 # set_timeouts: SQLite has no statement timeout; the queue's connections get their busy timeout when
 # they open (sqlite_setup), so this statement only checks the connection answers.
 SET_TIMEOUTS = "SELECT %(statement_ms)s, %(lock_ms)s"
-
-# pause_queue / resume_queue: a row back only for the caller that changed the state (the manager
-# wakes this process's workers on commit).
-PAUSE_QUEUE = f"""
-INSERT INTO jobq_queue (name, paused, changed_at, changed_by)
-VALUES (%(name)s, 1, {NOW}, %(by)s)
-ON CONFLICT (name) DO UPDATE
-SET paused = 1, changed_at = excluded.changed_at, changed_by = excluded.changed_by
-WHERE NOT jobq_queue.paused
-RETURNING name, NULL
-"""
-RESUME_QUEUE = f"""
-UPDATE jobq_queue SET paused = 0, changed_at = {NOW}, changed_by = %(by)s
-WHERE name = %(name)s AND paused
-RETURNING name, NULL
-"""
-PAUSED_QUEUES = "SELECT name FROM jobq_queue WHERE paused ORDER BY name"
-
-# first_seen: take the mark of (namespace, key) for %(ttl)s seconds; a row back means first in window.
-FIRST_SEEN = f"""
-INSERT INTO jobq_inbound (namespace, key, seen_at, expires_at)
-SELECT %(namespace)s, %(key)s, {NOW}, {plus(NOW, "%(ttl)s")}
-WHERE NOT EXISTS (
-    SELECT 1 FROM jobq_inbound
-    WHERE namespace = %(namespace)s AND key = %(key)s AND expires_at > {NOW}
-)
-ON CONFLICT (namespace, key) DO UPDATE
-SET seen_at = excluded.seen_at, expires_at = excluded.expires_at
-WHERE jobq_inbound.expires_at <= excluded.seen_at
-RETURNING 1
-"""
-
-PRUNE_MARKS = f"""
-DELETE FROM jobq_inbound
-WHERE rowid IN (SELECT rowid FROM jobq_inbound WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT %(batch)s)
-"""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .dashboard import Snapshot
+    from . import Snapshot
 
 WORKERS_RECENT_SECONDS = 600  # workers whose heartbeat is older than this are not listed
 

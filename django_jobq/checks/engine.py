@@ -3,9 +3,9 @@ system check error (jobq.E009) and a refusal to start a worker, never a silent d
 
 from __future__ import annotations
 
-from .conf import jobq_settings
-from .registry import registered_tasks
-from .sql import Capabilities, engine_for
+from ..conf import jobq_settings
+from ..registry import registered_tasks
+from ..sql import Capabilities, engine_for
 
 
 def engine_problems(*, tasks: bool = True) -> list[str]:

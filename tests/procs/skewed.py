@@ -1,4 +1,4 @@
-"""``python -m tests.skewed COMMAND ARGS``: a management command for a process whose wall clock
+"""``python -m tests.procs.skewed COMMAND ARGS``: a management command for a process whose wall clock
 libfaketime moves (LD_PRELOAD=libfaketimeMT.so.1 FAKETIME=+3h, with FAKETIME_DONT_FAKE_MONOTONIC=1 so that only the wall clock
 is off, as on a badly set host). libfaketime 0.9.10 refuses clock_nanosleep on the real monotonic
 clock (EINVAL, which is how time.sleep waits), so time.sleep waits on an Event instead; faking the

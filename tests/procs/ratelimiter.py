@@ -2,7 +2,7 @@
 together after the start line (sent once every process printed "ready"); prints how many
 were granted.
 
-Usage: python -m tests.ratelimiter bucket|window KEY LIMIT CALLS   (DATABASE_URL names the test database)
+Usage: python -m tests.procs.ratelimiter bucket|window KEY LIMIT CALLS   (DATABASE_URL names the test database)
 """
 
 import json

@@ -1,7 +1,7 @@
-"""Steps of tests/integration/test_queue_alias.py, run with tests.settings_queue_alias (jobq on the
+"""Steps of tests/integration/test_queue_alias.py, run with tests.settings.queue_alias (jobq on the
 "queue" alias, the app on "default"); each prints its findings as JSON.
 
-Usage: python -m tests.queue_alias_probe enqueue|admin
+Usage: python -m tests.procs.queue_alias_probe enqueue|admin
 """
 
 import json

@@ -1,5 +1,5 @@
 """Enqueue one test.echo job and wait_for it with a one-hour poll, so only the completion NOTIFY can
-end the wait in time; prints the result as JSON. Run with tests.settings_pooled (the queue behind a
+end the wait in time; prints the result as JSON. Run with tests.settings.pooled (the queue behind a
 transaction pooler, LISTEN on JOBQ["LISTEN_DATABASE"])."""
 
 import json

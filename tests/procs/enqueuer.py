@@ -1,7 +1,7 @@
 """An enqueuing process for the dedupe race tests: waits for a start line on stdin, then calls
 enqueue (or enqueue_or_get, or run_once) once and prints the answer as JSON.
 
-Usage: python -m tests.enqueuer enqueue|or_get|run_once TASK KEY   (DATABASE_URL names the test database)
+Usage: python -m tests.procs.enqueuer enqueue|or_get|run_once TASK KEY   (DATABASE_URL names the test database)
 """
 
 import json

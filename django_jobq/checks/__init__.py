@@ -1,4 +1,5 @@
-"""System checks with stable ids (jobq.E001...)."""
+"""System checks with stable ids (jobq.E001...); engine.py says which configured features the
+queue's engine lacks (also asked by a starting worker)."""
 
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -7,9 +8,11 @@ from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections, router
 
-from .conf import JobqSettings, ScheduleOptions, jobq_settings, listen_target
-from .exceptions import ConfigurationError, JobqError
-from .registry import get_task
+from ..conf import JobqSettings, ScheduleOptions, jobq_settings, listen_target
+from ..exceptions import ConfigurationError, JobqError
+from ..models import Job
+from ..registry import get_task
+from .engine import engine_problems, engine_setup_problems
 
 
 @register()
@@ -65,8 +68,6 @@ def _listen_database(conf: JobqSettings) -> list[CheckMessage]:
 def _routing(conf: JobqSettings) -> list[CheckMessage]:
     """jobq.E008 when the database routers send jobq's models (the admin's and the ORM's reads and
     writes, or its migrations) anywhere but JOBQ["DATABASE"]."""
-    from .models import Job
-
     read, write = router.db_for_read(Job), router.db_for_write(Job)
     migrates = router.allow_migrate(conf.database, "django_jobq", model_name="job")
     if read == write == conf.database and migrates:
@@ -86,8 +87,6 @@ def _routing(conf: JobqSettings) -> list[CheckMessage]:
 def _engine(alias: str) -> list[CheckMessage]:
     """jobq.E003: no engine for the database; jobq.E009: a feature the engine lacks is configured;
     jobq.E010: the engine's own requirement is not met; jobq.W001: SQLite's atomic blocks are DEFERRED."""
-    from .engine_checks import engine_problems, engine_setup_problems
-
     try:
         problems = engine_problems()
     except ConfigurationError as exc:

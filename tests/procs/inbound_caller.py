@@ -1,7 +1,7 @@
 """A delivering process for the inbound dedupe race: calls first_seen for keys 0..N-1, prints the
 keys it was first for.
 
-Usage: python -m tests.inbound_caller NAMESPACE KEYS   (DATABASE_URL names the test database)
+Usage: python -m tests.procs.inbound_caller NAMESPACE KEYS   (DATABASE_URL names the test database)
 """
 
 import json

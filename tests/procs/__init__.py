@@ -1,0 +1,1 @@
+"""Scripts the tests start as subprocesses (``python -m tests.procs.NAME``)."""

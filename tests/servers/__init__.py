@@ -1,0 +1,1 @@
+"""Real servers the tests start or steer: a pausable TCP proxy, the local PostgreSQL cluster."""
