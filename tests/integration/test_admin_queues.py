@@ -1,12 +1,10 @@
 """The dashboard's paused queues and its Pause / Resume buttons: guarded by django_jobq.pause_queue,
 POST with CSRF only, logged; the dashboard data (snapshot) that shows them."""
 
-import itertools
 import logging
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 
@@ -17,24 +15,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 DASHBOARD = "/admin/django_jobq/job/dashboard/"
 QUEUE = "/admin/django_jobq/job/dashboard/queue/"
-_users = itertools.count()
-
-
-@pytest.fixture
-def staff(django_user_model):
-    """A logged-in client for a staff user holding exactly the given django_jobq permissions."""
-
-    def make(*codenames: str, csrf: bool = False) -> Client:
-        user = django_user_model.objects.create_user(f"ops{next(_users)}", password="pw", is_staff=True)
-        perms = Permission.objects.filter(content_type__app_label="django_jobq", codename__in=codenames)
-        assert perms.count() == len(codenames), codenames
-        user.user_permissions.set(perms)
-        client = Client(enforce_csrf_checks=csrf)
-        client.force_login(user)
-        client.user = user
-        return client
-
-    return make
 
 
 def queue_log():
