@@ -19,14 +19,20 @@ from .exceptions import (
     WaitTimeout,
     WorkerLost,
 )
+from .outcomes import Cancelled, Discard, Snooze
+from .status import CancelCounts, CancelOutcome
 from .tasks import Task, task
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentsNotJSON",
+    "CancelCounts",
+    "CancelOutcome",
+    "Cancelled",
     "ConfigurationError",
     "DedupeKeyConflict",
+    "Discard",
     "InvalidJob",
     "InvalidPayload",
     "JobFailed",
@@ -38,6 +44,7 @@ __all__ = [
     "QueueFull",
     "RateLimitUnavailable",
     "RetryPolicy",
+    "Snooze",
     "Task",
     "UnknownTask",
     "WaitTimeout",

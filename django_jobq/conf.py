@@ -173,8 +173,11 @@ class JobqSettings:
     poll_interval: float = 1.0  # safety-net polling when no notification arrives
     job_timeout: float | None = None  # default per-job timeout in seconds (None: no limit)
     permanent_exceptions: tuple[str, ...] = ()  # dotted paths of exceptions that go DEAD at once
+    discard_on: tuple[str, ...] = ()  # dotted paths of exceptions that end a job CANCELLED at once
+    max_snoozes: int = 100  # times one job may raise Snooze; the next Snooze is an ordinary failure
     done_retention_seconds: float = 7 * DAY  # DONE jobs older than this are pruned by the reaper
     dead_retention_seconds: float = 30 * DAY  # DEAD jobs older than this are pruned by the reaper
+    cancelled_retention_seconds: float = 7 * DAY  # CANCELLED jobs older than this are pruned
     prune_batch: int = 5000  # rows deleted per pruning statement
     reap_interval: float = 5.0  # seconds between reaper passes
     # Prepare the queue's statements on the server; None: yes, unless POOL_MODE is "transaction"
@@ -228,6 +231,12 @@ class JobqSettings:
             or not 0 <= self.claim_ahead <= 16
         ):
             raise ConfigurationError('JOBQ["CLAIM_AHEAD"] must be an integer in [0, 16]')
+        if (
+            not isinstance(self.max_snoozes, int)
+            or isinstance(self.max_snoozes, bool)
+            or not 0 <= self.max_snoozes <= 1_000_000
+        ):
+            raise ConfigurationError('JOBQ["MAX_SNOOZES"] must be an integer in [0, 1000000]')
         if not isinstance(self.error_history, int) or isinstance(self.error_history, bool):
             raise ConfigurationError('JOBQ["ERROR_HISTORY"] must be a positive integer')
         if self.lock_timeout > self.statement_timeout:
@@ -236,7 +245,10 @@ class JobqSettings:
             raise ConfigurationError('JOBQ["SHORT_RETRY_SECONDS"] must be >= 0')
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ConfigurationError('JOBQ["JOB_TIMEOUT"] must be positive or None')
-        for name in ("dedupe_done_seconds", "dedupe_dead_seconds"):
+        for name in (
+            "dedupe_done_seconds", "dedupe_dead_seconds",
+            "done_retention_seconds", "dead_retention_seconds", "cancelled_retention_seconds",
+        ):  # fmt: skip
             value = getattr(self, name)
             if (
                 not isinstance(value, int | float)
@@ -299,8 +311,11 @@ class JobqSettings:
         if unknown:
             raise ConfigurationError(f"Unknown JOBQ setting(s): {', '.join(unknown)}")
         values = {known[key]: value for key, value in raw.items()}
-        if "permanent_exceptions" in values:
-            values["permanent_exceptions"] = tuple(values["permanent_exceptions"])
+        for name in ("permanent_exceptions", "discard_on"):
+            if name in values:
+                if isinstance(values[name], str) or not isinstance(values[name], list | tuple):
+                    raise ConfigurationError(f'JOBQ["{name.upper()}"] must be a list of dotted paths')
+                values[name] = tuple(values[name])
         if "queues" in values:
             if not isinstance(values["queues"], dict):
                 raise ConfigurationError('JOBQ["QUEUES"] must be a dict: queue name -> options')

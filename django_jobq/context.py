@@ -3,9 +3,48 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from .outcomes import Cancelled
+
+
+class CancelSignal:
+    """Set once when a cancel is asked of a running job (the worker's heartbeat learns of it); calls
+    the hooks registered meanwhile (an ``async def`` task's cancellation), each at most once."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._hooks: list[Callable[[], object]] = []
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        with self._lock:
+            if self.event.is_set():
+                return
+            self.event.set()
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def on_set(self, hook: Callable[[], object]) -> Callable[[], None]:
+        """Call ``hook`` when the signal is set (at once if it is); returns what unregisters it."""
+        with self._lock:
+            if not self.event.is_set():
+                self._hooks.append(hook)
+                return lambda: self._discard(hook)
+        hook()
+        return lambda: None
+
+    def _discard(self, hook: Callable[[], object]) -> None:
+        with self._lock:
+            if hook in self._hooks:
+                self._hooks.remove(hook)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -21,6 +60,14 @@ class JobContext:
     # inside transaction.atomic() never holds its job row locked against heartbeats and the reaper).
     side_write: Callable[[Callable[[], bool]], bool] | None = None
     job: Any = None  # the Job as claimed (the columns a claim returns)
+    # Set (within a heartbeat) once a cancel was asked of this job: a long task checks it, or calls
+    # check_cancelled(), and stops; the run ends CANCELLED whatever it returns.
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def check_cancelled(self) -> None:
+        """Raise django_jobq.Cancelled if a cancel was asked of this job."""
+        if self.cancelled.is_set():
+            raise Cancelled(f"job {self.job_id} was cancelled")
 
     @property
     def scheduled_for(self) -> dt.datetime | None:

@@ -26,6 +26,9 @@ class Job(models.Model):
         db_default=0, help_text="Fencing token: grows with every claim and in-slot retry, never reset."
     )
     releases = models.IntegerField(db_default=0, help_text="Times a stopping worker gave the job back.")
+    snoozes = models.IntegerField(
+        db_default=0, help_text='Times its task raised Snooze (JOBQ["MAX_SNOOZES"]).'
+    )
     error_count = models.IntegerField(
         db_default=0, help_text="Failed attempts ever; errors keeps the last few."
     )
@@ -47,6 +50,12 @@ class Job(models.Model):
     awaited = models.BooleanField(
         db_default=False, help_text="A wait_for() caller wants a completion NOTIFY."
     )
+    cancel_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a cancel was asked of the job; a run it reaches ends CANCELLED.",
+    )
+    cancelled_by = models.TextField(null=True, blank=True, help_text="Who asked for the cancel.")
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True, help_text="The latest failed attempts, oldest first.")
@@ -63,6 +72,7 @@ class Job(models.Model):
         permissions = [
             ("requeue_job", "Can requeue dead jobs"),
             ("pause_queue", "Can pause and resume queues"),
+            ("cancel_job", "Can cancel queued and running jobs"),
         ]
         indexes = [
             # claim: WHERE status=PENDING AND queue=… AND run_at<=now ORDER BY priority, run_at, id LIMIT n.
@@ -76,7 +86,7 @@ class Job(models.Model):
             models.Index(
                 fields=["lease_until"], condition=models.Q(status=JobStatus.RUNNING), name="jobq_job_lease"
             ),
-            # prune: WHERE status=DONE|DEAD AND finished_at < cutoff, the old rows one range, their status
+            # prune: WHERE status=DONE|DEAD|CANCELLED AND finished_at < cutoff, the old rows one range, their status
             # checked in the index; recent-throughput figures per queue (finished_at > since) and exact
             # DONE counts, index-only (queue included). finished_at leads so that the planner sees its
             # correlation with the table's order. Partial on the terminal statuses: enqueue and claim
@@ -84,7 +94,7 @@ class Job(models.Model):
             models.Index(
                 fields=["finished_at", "status"],
                 include=["queue"],
-                condition=models.Q(status__in=[JobStatus.DONE, JobStatus.DEAD]),
+                condition=models.Q(status__in=[JobStatus.DONE, JobStatus.DEAD, JobStatus.CANCELLED]),
                 name="jobq_job_finished",
             ),
             # dead letters: DEAD counts per queue (index-only) and the dead-letter list, filtered by task.

@@ -45,6 +45,7 @@ class PassResult:
     pruned_marks: int = 0  # expired inbound delivery marks (django_jobq.dedupe)
     pruned_rates: int = 0  # rate-limit rows of keys at rest (django_jobq.ratelimit)
     backlog: bool = False  # a prune stopped at its per-pass bound: the next pass comes at once
+    pruned_cancelled: int = 0
 
 
 class Reaper:
@@ -92,13 +93,17 @@ class Reaper:
             for status, retention in (
                 (JobStatus.DONE, conf.done_retention_seconds),
                 (JobStatus.DEAD, conf.dead_retention_seconds),
+                (JobStatus.CANCELLED, conf.cancelled_retention_seconds),
             )
         }
         Job.objects.prune_workers(WORKER_RECORD_RETENTION)
         marks = prune_expired_marks(batch)
         rates = ratelimit.prune(batch=batch)
         backlog = max(pruned.values()) >= MAX_PRUNE_BATCHES * batch or marks >= MAX_MARK_BATCHES * batch
-        return PassResult(reaped, pruned[JobStatus.DONE], pruned[JobStatus.DEAD], marks, rates, backlog)
+        return PassResult(
+            reaped, pruned[JobStatus.DONE], pruned[JobStatus.DEAD], marks, rates, backlog,
+            pruned[JobStatus.CANCELLED],
+        )  # fmt: skip
 
     @staticmethod
     def _prune(status: JobStatus, retention: float, batch: int) -> int:
@@ -120,6 +125,7 @@ class Reaper:
                 total.reaped + more.reaped, total.pruned_done + more.pruned_done,
                 total.pruned_dead + more.pruned_dead, total.pruned_marks + more.pruned_marks,
                 total.pruned_rates + more.pruned_rates, more.backlog,
+                total.pruned_cancelled + more.pruned_cancelled,
             )  # fmt: skip
         return total
 

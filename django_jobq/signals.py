@@ -13,6 +13,7 @@ job_started = Signal()  # before the task function runs
 job_succeeded = Signal()  # after DONE was written; also ``result`` and ``duration``
 job_retried = Signal()  # after the job went back to PENDING; also ``error`` and ``delay``
 job_dead = Signal()  # after the job went DEAD; also ``error``
+job_cancelled = Signal()  # after a run ended CANCELLED (cancel, Discard, discard_on); also ``reason``
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

@@ -61,6 +61,9 @@ class Task(Generic[P, R]):
     max_running: int | None = None  # this task's jobs RUNNING at once, across every worker
     max_running_per_key: int | None = None  # ... and per concurrency_key (jobs enqueued with one)
     rate_limit: tuple[int, float] | None = None  # (jobs, seconds): starts allowed across every worker
+    # exceptions that end the job CANCELLED at once (no retry, no dead letter), besides
+    # JOBQ["DISCARD_ON"]: e.g. (ObjectDoesNotExist,) for work whose object was deleted meanwhile
+    discard_on: tuple[type[BaseException], ...] = ()
     options: EnqueueOptions = field(default_factory=EnqueueOptions)
 
     @property
@@ -170,6 +173,7 @@ def task(
     max_running: int | None = None,
     max_running_per_key: int | None = None,
     rate_limit: str | None = None,
+    discard_on: tuple[type[BaseException], ...] = (),
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -190,6 +194,7 @@ def task(
     max_running: int | None = None,
     max_running_per_key: int | None = None,
     rate_limit: str | None = None,
+    discard_on: tuple[type[BaseException], ...] = (),
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register ``func`` as a task: ``@task`` or ``@task(name=..., queue=..., ...)``."""
 
@@ -212,6 +217,9 @@ def task(
             ):
                 raise ConfigurationError(f"{what} must be an integer in [1, 1000000], not {cap!r:.100}")
         rate = None if rate_limit is None else rate_setting(rate_limit, f"task {task_name!r}: rate_limit")
+        discards = discard_on if isinstance(discard_on, tuple) else (discard_on,)
+        if not all(isinstance(kind, type) and issubclass(kind, BaseException) for kind in discards):
+            raise ConfigurationError(f"discard_on must be exception classes, not {discard_on!r:.100}")
         if atomic and inspect.iscoroutinefunction(func):
             raise ConfigurationError("atomic=True needs a sync function: Django transactions are per thread")
         new = Task(
@@ -229,6 +237,7 @@ def task(
             max_running=max_running,
             max_running_per_key=max_running_per_key,
             rate_limit=rate,
+            discard_on=discards,
         )
         return registry.register(new)
 
@@ -258,7 +267,7 @@ def _binding_problem(func: Callable[..., Any], takes_context: bool, names: tuple
 
 
 def _answer(job: Any) -> Any:
-    """A finished job's result; JobFailed for a DEAD one."""
-    if job.status == JobStatus.DEAD:
+    """A finished job's result; JobFailed for a DEAD or CANCELLED one."""
+    if job.status in (JobStatus.DEAD, JobStatus.CANCELLED):
         raise JobFailed(job)
     return job.result

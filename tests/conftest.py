@@ -146,6 +146,21 @@ def _close_autocommit_pools():
     autocommit.close_all()
 
 
+@pytest.fixture(autouse=True)
+def _close_sync_thread_connections():
+    """A test that runs async code (asyncio.run + sync_to_async) leaves a Django connection in
+    asgiref's sync thread, which outlives the test; close it, so no later test inherits a connection
+    a PostgreSQL restart or a dropped database has ended."""
+    yield
+    import asyncio
+
+    from asgiref.sync import SyncToAsync, sync_to_async
+    from django.db import connections
+
+    if getattr(SyncToAsync, "single_thread_executor", None) is not None:
+        asyncio.run(sync_to_async(connections.close_all)())
+
+
 def open_enqueue(count: int = 1, **options) -> tuple[threading.Thread, threading.Event, list[int]]:
     """A thread that enqueues ``count`` jobs (``options`` as for enqueue) in a transaction and keeps it
     open until ``commit`` is set; returns once the jobs are inserted (their ids in the list)."""

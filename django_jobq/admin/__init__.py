@@ -1,7 +1,7 @@
 """The admin: jobs (read-only), dead letters, workers, the queue dashboard and schedules.
 
 Jobs are never edited through a form: a form save writes every column and would undo a concurrent
-claim. State changes go through the manager's guarded statements (requeue: DEAD -> PENDING only) and a
+claim. State changes go through the manager's guarded statements (requeue: DEAD or CANCELLED -> PENDING; cancel) and a
 guarded delete that never removes a RUNNING job; each is allowed by its own permission and recorded in
 the admin log with what it actually changed.
 

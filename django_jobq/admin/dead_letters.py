@@ -27,6 +27,7 @@ class DeadJobAdmin(JobAdmin):
     paginator = Paginator  # the dead letters are counted through their own index
     change_list_template = "admin/django_jobq/deadjob/change_list.html"
     deletable_statuses = (JobStatus.DEAD,)
+    actions = ("requeue_selected", "requeue_with_options", "delete_selected")  # nothing to cancel here
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset = super().get_queryset(request).filter(status=JobStatus.DEAD)

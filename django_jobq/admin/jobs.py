@@ -21,6 +21,7 @@ from ..conf import jobq_settings
 from ..models import Job
 from ..sql import engine_of
 from ..status import JobStatus
+from .cancelling import CancelActions
 from .common import (
     EstimatedCountPaginator,
     QueueFilter,
@@ -39,7 +40,7 @@ from .requeue import RequeueActions
 
 
 @admin.register(Job)
-class JobAdmin(RequeueActions):
+class JobAdmin(CancelActions, RequeueActions):
     list_display: tuple[str, ...] = (
         "id",
         "task",
@@ -57,11 +58,21 @@ class JobAdmin(RequeueActions):
     list_per_page = 50
     show_full_result_count = False
     paginator: ClassVar[type] = EstimatedCountPaginator
-    actions = ("requeue_selected", "requeue_with_options", "delete_selected")
+    actions: Sequence[Any] = (
+        "cancel_selected",
+        "requeue_selected",
+        "requeue_with_options",
+        "delete_selected",
+    )
     change_form_template = "admin/django_jobq/job/change_form.html"
     change_list_template = "admin/django_jobq/job/change_list.html"
     # Statuses this admin may delete; RUNNING never (the SQL refuses it too).
-    deletable_statuses: Sequence[int] = (JobStatus.PENDING, JobStatus.DONE, JobStatus.DEAD)
+    deletable_statuses: Sequence[int] = (
+        JobStatus.PENDING,
+        JobStatus.DONE,
+        JobStatus.DEAD,
+        JobStatus.CANCELLED,
+    )
     fieldsets = (
         (
             None,

@@ -1,4 +1,5 @@
-"""The requeue page and actions: DEAD jobs back to PENDING through the manager's guarded statement."""
+"""The requeue page and actions: DEAD (and CANCELLED) jobs back to PENDING through the manager's
+guarded statement."""
 
 from __future__ import annotations
 
@@ -80,15 +81,16 @@ class RequeueActions(_JobModelAdmin):
         if form.is_valid():
             self._requeue(request, [job.pk], **form.cleaned_data)
             return HttpResponseRedirect(change_url)
-        if job.status != JobStatus.DEAD:
+        if job.status not in (JobStatus.DEAD, JobStatus.CANCELLED):
             self.message_user(
-                request, f"{job} is not DEAD: only dead jobs can be requeued.", messages.WARNING
+                request, f"{job} is neither DEAD nor CANCELLED: only those can be requeued.", messages.WARNING
             )
         return self._requeue_page(request, form, [job], selected=None)
 
     def _selected_ids(self, request: HttpRequest, queryset: QuerySet[Any]) -> list[int]:
         if request.POST.get("select_across") == "1":  # "select all N": only the dead ones, by the dead index
-            return list(queryset.filter(status=JobStatus.DEAD).values_list("pk", flat=True))
+            finished = (JobStatus.DEAD, JobStatus.CANCELLED)
+            return list(queryset.filter(status__in=finished).values_list("pk", flat=True))
         return list(queryset.values_list("pk", flat=True))
 
     def _requeue(
@@ -101,7 +103,7 @@ class RequeueActions(_JobModelAdmin):
         """Requeue through the manager's guarded statement; log and report what it changed."""
         done = Job.objects.requeue_many(ids, run_at=run_at, priority=priority)
         if done:
-            message = "Requeued (DEAD -> PENDING)"
+            message = "Requeued (-> PENDING)"
             if run_at is not None:
                 message += f", to run at {run_at.isoformat(timespec='seconds')}"
             if priority is not None:

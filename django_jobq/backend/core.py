@@ -38,6 +38,7 @@ from .compat import (
     InvalidTask,
     Task,
     TaskResult,
+    TaskResultDoesNotExist,
     TaskResultStatus,
     task_backends,
     task_enqueued,
@@ -222,6 +223,19 @@ class JobqBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> Any:
         """The task's result from its job row; TaskResultDoesNotExist for an unknown or pruned id."""
         return get_result(self.alias, result_id)
+
+    def cancel(self, result_id: str) -> Any:
+        """Cancel the job behind a TaskResult (its ``id``): a django_jobq.CancelOutcome. A READY job
+        never runs; a RUNNING one is asked to stop; its result then reads FAILED."""
+        from ..models import Job
+
+        try:
+            job_id = int(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(f"no task result {result_id!r:.100}") from None
+        if not 0 < job_id < 1 << 63:
+            raise TaskResultDoesNotExist(f"no task result {result_id!r:.100}")
+        return Job.objects.cancel(job_id, by=f"backend {self.alias}")
 
 
 def _check_arguments(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:

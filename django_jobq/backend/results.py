@@ -1,7 +1,8 @@
 """A job row as Django's TaskResult.
 
 Statuses: PENDING (new, or a retry scheduled) -> READY, RUNNING -> RUNNING, DONE -> SUCCESSFUL,
-DEAD -> FAILED. ``worker_ids`` has one entry per attempt, in order: the worker of each attempt in the
+DEAD -> FAILED, CANCELLED -> FAILED (Django has no cancelled status; ``cancelled_by`` and
+``last_error`` on the job row say who cancelled it). ``worker_ids`` has one entry per attempt, in order: the worker of each attempt in the
 row's error history, then the worker of the running or successful attempt. ``errors`` has one
 TaskError per failed attempt, oldest first (as many as JOBQ["ERROR_HISTORY"] keeps).
 """
@@ -26,7 +27,7 @@ RESULT_COLUMNS = (
     "finished_at", "worker_id", "errors", "result",
 )  # fmt: skip
 _STATUS = {0: TaskResultStatus.READY, 1: TaskResultStatus.RUNNING, 2: TaskResultStatus.SUCCESSFUL,
-           3: TaskResultStatus.FAILED}  # fmt: skip
+           3: TaskResultStatus.FAILED, 4: TaskResultStatus.FAILED}  # fmt: skip
 
 
 def django_task_of(entry: Any) -> Any:

@@ -7,6 +7,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections, router
+from django.utils.module_loading import import_string
 
 from ..conf import JobqSettings, ScheduleOptions, jobq_settings, listen_target
 from ..exceptions import ConfigurationError, JobqError
@@ -44,6 +45,33 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         errors += _routing(conf)
     errors += _listen_database(conf)
     errors += _schedule_tasks(conf.schedules.values())
+    errors += _exception_paths(conf)
+    return errors
+
+
+def _exception_paths(conf: JobqSettings) -> list[CheckMessage]:
+    """jobq.E011 for an entry of JOBQ["PERMANENT_EXCEPTIONS"] or JOBQ["DISCARD_ON"] that does not
+    import as an exception class (every job would otherwise fail on it)."""
+    errors: list[CheckMessage] = []
+    for setting, paths in (
+        ("PERMANENT_EXCEPTIONS", conf.permanent_exceptions),
+        ("DISCARD_ON", conf.discard_on),
+    ):
+        for path in paths:
+            try:
+                found = import_string(path) if isinstance(path, str) else None
+            except Exception as exc:  # ImportError, or whatever the module raises as it loads
+                found, reason = None, str(exc)
+            else:
+                reason = "not an exception class"
+            if not (isinstance(found, type) and issubclass(found, BaseException)):
+                errors.append(
+                    Error(
+                        f'JOBQ["{setting}"]: {path!r:.200} does not name an exception class ({reason:.200})',
+                        hint="Give dotted paths such as 'django.core.exceptions.ObjectDoesNotExist'.",
+                        id="jobq.E011",
+                    )
+                )
     return errors
 
 

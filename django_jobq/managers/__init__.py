@@ -1,7 +1,7 @@
 """JobManager: each public operation runs one named statement from django_jobq.sql.
 
 Split by concern: producing (enqueue), consuming (claim and the fenced writes of a worker), waiting
-(wait_for), maintenance (reap, requeue, prune, counts), queue state (pause, resume) and the
+(wait_for), maintenance (reap, requeue, prune, counts), control (cancel), queue state (pause, resume) and the
 scheduler's statements (schedules); the async twins are derived here with sync_to_async.
 """
 
@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from ..status import JobStatus
+from ..status import CancelCounts, CancelOutcome, JobStatus
 from .consuming import ConsumerManager, result_json
+from .control import ControlManager
 from .maintenance import MaintenanceManager
 from .producing import NewJob, ProducerManager
 from .queues import QueueStateManager
@@ -30,6 +31,7 @@ class JobManager(
     ConsumerManager,
     WaitingManager,
     MaintenanceManager,
+    ControlManager,
     QueueStateManager,
     ScheduleStatementsManager,
 ):
@@ -63,6 +65,12 @@ class JobManager(
 
     async def arequeue(self, *args: Any, **kwargs: Any) -> bool:
         return await sync_to_async(self.requeue)(*args, **kwargs)
+
+    async def acancel(self, *args: Any, **kwargs: Any) -> CancelOutcome:
+        return await sync_to_async(self.cancel)(*args, **kwargs)
+
+    async def acancel_many(self, *args: Any, **kwargs: Any) -> CancelCounts:
+        return await sync_to_async(self.cancel_many)(*args, **kwargs)
 
     async def acounts(self, queue: str | None = None) -> dict[str, int]:
         return await sync_to_async(self.counts)(queue)

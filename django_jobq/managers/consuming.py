@@ -188,8 +188,10 @@ class ConsumerManager(CapManager):
         permanent: bool = False,
         fence: int | None = None,
         error_class: str | None = None,
+        discard: bool = False,
     ) -> JobStatus | None:
-        """RUNNING -> PENDING (retry after the backoff) or DEAD; None when not the owner.
+        """RUNNING -> PENDING (retry after the backoff), DEAD, or CANCELLED (``discard``, or a cancel
+        was asked of the job); None when not the owner.
 
         Without ``backoff_seconds`` the delay is full jitter below compute_backoff(attempts); without
         ``fence`` any run of this owner is failed (manual use only)."""
@@ -199,6 +201,7 @@ class ConsumerManager(CapManager):
             "worker_id": validation.name(worker_id, "worker_id"),
             "fence": self._fence(fence),
             "permanent": bool(permanent),
+            "discard": bool(discard),
             "error": validation.error_text(error),
             "error_class": None if error_class is None else validation.error_text(error_class),
             "base": conf.backoff_base,
@@ -227,11 +230,31 @@ class ConsumerManager(CapManager):
     ) -> set[tuple[int, int]]:
         """Renew the leases of all (id, fence) a worker runs, in one statement (never shortening one);
         returns the (id, fence) pairs whose run no longer owns its job (lost)."""
+        return self.beat(worker_id, running, lease_seconds)[0]
+
+    def beat(
+        self, worker_id: str, running: Sequence[tuple[int, int]], lease_seconds: float | None = None
+    ) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+        """heartbeat(), and the (id, fence) runs still owned that a cancel was asked of: (lost, asked)."""
         if not running:
-            return set()
+            return set(), set()
         ids, fences = (list(column) for column in zip(*running, strict=True))
         params = {"worker_id": worker_id, "ids": ids, "fences": fences, "lease": self._lease(lease_seconds)}
-        return {(row[0], row[1]) for row in self._execute(self._sql().HEARTBEAT, params)}
+        lost: set[tuple[int, int]] = set()
+        asked: set[tuple[int, int]] = set()
+        for job_id, fence, was_asked in self._execute(self._sql().HEARTBEAT, params):
+            (asked if was_asked else lost).add((job_id, fence))
+        return lost, asked
+
+    def snooze_run(self, job_id: int, worker_id: str, fence: int, delay: float) -> JobStatus | None:
+        """A run that raised Snooze: back to PENDING after ``delay`` seconds without using an attempt
+        (CANCELLED if a cancel was asked); None when the run no longer owns the job."""
+        params = {
+            "id": job_id, "worker_id": validation.name(worker_id, "worker_id"), "fence": self._fence(fence),
+            "delay": validation.seconds(delay, "delay"),
+        }  # fmt: skip
+        rows = self._execute(self._sql().SNOOZE_RUN, params)
+        return JobStatus(rows[0][0]) if rows else None
 
     def release(self, worker_id: str) -> list[int]:
         """Give every job ``worker_id`` holds back as PENDING at once (graceful shutdown); the ids.

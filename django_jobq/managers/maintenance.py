@@ -12,7 +12,7 @@ from django.db import IntegrityError
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
-from ..status import JobStatus
+from ..status import FINISHED, JobStatus
 from .base import BaseJobManager, retrying_conflicts
 
 
@@ -33,8 +33,8 @@ class MaintenanceManager(BaseJobManager):
         return params
 
     def requeue(self, job_id: int, *, run_at: dt.datetime | None = None, priority: int | None = None) -> bool:
-        """DEAD -> PENDING with a fresh attempt budget (error history kept); False if not DEAD or
-        its dedupe key is held by another job (active, or finished inside its window)."""
+        """DEAD or CANCELLED -> PENDING with a fresh attempt budget (error history kept); False if
+        neither, or its dedupe key is held by another job (active, or finished inside its window)."""
         return bool(self.requeue_many([job_id], run_at=run_at, priority=priority))
 
     def requeue_many(
@@ -71,9 +71,10 @@ class MaintenanceManager(BaseJobManager):
         return retrying_conflicts(self.connection.alias, run)
 
     def prune(self, status: JobStatus, older_than: float, batch: int) -> int:
-        """Delete up to ``batch`` DONE or DEAD jobs finished more than ``older_than`` seconds ago."""
-        if status not in (JobStatus.DONE, JobStatus.DEAD):
-            raise InvalidJob("only DONE and DEAD jobs can be pruned")
+        """Delete up to ``batch`` DONE, DEAD or CANCELLED jobs finished more than ``older_than`` seconds
+        ago."""
+        if status not in FINISHED:
+            raise InvalidJob("only DONE, DEAD and CANCELLED jobs can be pruned")
         params: dict[str, Any] = {
             "status": int(status),
             "age": validation.seconds(older_than, "older_than"),

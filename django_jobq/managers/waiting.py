@@ -15,17 +15,16 @@ from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob, WaitTimeout
 from ..notify.listener import connection_params, listen_params
+from ..status import FINISHED
 from .base import BaseJobManager
 
 if TYPE_CHECKING:
     from ..models import Job
 
-FINISHED = (2, 3)  # DONE, DEAD
-
 
 class WaitingManager(BaseJobManager):
     def wait_for(self, job_id: int, *, timeout: float, poll: float | None = None) -> Job:
-        """Block until the job is DONE or DEAD and return it (``result``, ``last_error``);
+        """Block until the job is DONE, DEAD or CANCELLED and return it (``result``, ``last_error``);
         WaitTimeout after ``timeout`` seconds; InvalidJob if there is no such job. Runs on its own
         connection (the caller's transaction is not used: a job enqueued in it cannot finish before
         it commits; nor are the caller's thread's Django connections). ``poll``: seconds between reads when no notification comes (JOBQ["POLL_INTERVAL"])."""

@@ -22,6 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ..exceptions import ConfigurationError
 from .capabilities import POSTGRESQL, SQLITE, Capabilities
 from .engine import Engine, Result, Script, Unsupported
+from .postgres import control as pg_control
 from .postgres import depth as pg_depth
 from .postgres import enqueue as pg_enqueue
 from .postgres import inbound as pg_inbound
@@ -32,6 +33,7 @@ from .postgres import schedules as pg_schedules
 from .postgres import stats as pg_stats
 from .postgres import workers as pg_workers
 from .postgres.engine import PostgresEngine
+from .sqlite import control as lite_control
 from .sqlite import enqueue as lite_enqueue
 from .sqlite import inbound as lite_inbound
 from .sqlite import jobs as lite_jobs
@@ -57,10 +59,10 @@ def _statements(*modules: ModuleType) -> Any:
 
 
 POSTGRES = _statements(
-    pg_jobs, pg_returns, pg_depth, pg_enqueue, pg_inbound, pg_queues, pg_schedules, pg_workers
+    pg_jobs, pg_returns, pg_depth, pg_enqueue, pg_inbound, pg_queues, pg_schedules, pg_workers, pg_control
 )
 SQLITE_STATEMENTS = _statements(
-    lite_jobs, lite_enqueue, lite_inbound, lite_queues, lite_schedules, lite_workers
+    lite_jobs, lite_enqueue, lite_inbound, lite_queues, lite_schedules, lite_workers, lite_control
 )
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):

@@ -290,6 +290,17 @@ class DispatchMixin(PauseMixin):
     # -- outcomes --------------------------------------------------------------------------------------
     def _write_failure(self, entry: Running, outcome: Outcome) -> Report:
         job = entry.job
+        if outcome.snoozed:  # the task raised Snooze: the job waits, no attempt used
+            delay = outcome.snooze or 0.0
+            try:
+                status = self._db(
+                    lambda: Job.objects.snooze_run(job.id, self.worker_id, outcome.fence, delay)
+                )
+            except DatabaseError as exc:  # left to its lease
+                logger.error("job %s: could not snooze it (%s)", job.id, exc)
+                status = None
+            self._forget(entry)
+            return functools.partial(self._report_snooze, entry, outcome, status)
         if outcome.snooze is not None:  # no rate-limit permit: the job waits, no attempt used
             runs = [(job.id, outcome.fence, outcome.snooze)]
             try:
@@ -303,6 +314,7 @@ class DispatchMixin(PauseMixin):
                 lambda: Job.objects.fail(
                     job.id, self.worker_id, outcome.error, backoff_seconds=outcome.backoff,
                     permanent=outcome.permanent, fence=outcome.fence, error_class=outcome.error_class,
+                    discard=outcome.discard,
                 )
             )  # fmt: skip
         except DatabaseError as exc:  # its error text was refused: never retry the same write
@@ -318,7 +330,11 @@ class DispatchMixin(PauseMixin):
             logger.warning("job %s: failure not recorded (no longer owned by %s)", job.id, self.worker_id)
             return
         extra = {"job_id": job.id, "task": job.task, "attempt": outcome.attempt, "duration": outcome.duration}
-        if status == JobStatus.DEAD:
+        if status == JobStatus.CANCELLED:
+            logger.info("job %s (%s) is CANCELLED after attempt %s: %s", job.id, job.task, outcome.attempt,
+                        (outcome.error or "?").splitlines()[-1], extra=extra)  # fmt: skip
+            signals.send(signals.job_cancelled, job=job, worker_id=self.worker_id, reason=outcome.error)
+        elif status == JobStatus.DEAD:
             logger.error("job %s (%s) is DEAD after attempt %s:\n%s", job.id, job.task, outcome.attempt,
                          outcome.error, extra=extra)  # fmt: skip
             signals.send(signals.job_dead, job=job, worker_id=self.worker_id, error=outcome.error)
@@ -332,6 +348,16 @@ class DispatchMixin(PauseMixin):
                 error=outcome.error,
                 delay=outcome.backoff,
             )
+
+    def _report_snooze(self, entry: Running, outcome: Outcome, status: JobStatus | None) -> None:
+        job = entry.job
+        if status is None:
+            logger.warning("job %s: snooze not recorded (no longer owned by %s)", job.id, self.worker_id)
+        elif status == JobStatus.CANCELLED:
+            signals.send(signals.job_cancelled, job=job, worker_id=self.worker_id, reason="cancelled")
+        else:
+            logger.info("job %s (%s) snoozed for %.3gs", job.id, job.task, outcome.snooze,
+                        extra={"job_id": job.id, "task": job.task})  # fmt: skip
 
     def _report_done(self, entry: Running, outcome: Outcome) -> None:
         job = entry.job

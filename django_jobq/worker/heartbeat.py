@@ -43,7 +43,7 @@ class HeartbeatMixin(DispatchMixin):
             held = list(self._running)
         Job.objects.bound_statements()
         sent = time.monotonic()  # the renewed leases run for at least ``lease`` seconds from here
-        refused = Job.objects.heartbeat(self.worker_id, held, lease)
+        refused, asked = Job.objects.beat(self.worker_id, held, lease)
         with self._lock:
             for key in held:
                 if (entry := self._running.get(key)) is not None:
@@ -52,6 +52,11 @@ class HeartbeatMixin(DispatchMixin):
                     else:
                         entry.renewed_at = max(entry.renewed_at, sent)
             lost = [key for key in held if key in refused and (r := self._running.get(key)) and not r.writing]
+            told = [entry for key in asked if (entry := self._running.get(key)) and not entry.cancel.is_set()]
+        for entry in told:  # outside the lock: an async task's cancellation is scheduled on its loop
+            logger.info("job %s (%s): a cancel was asked; its run is told to stop", entry.job.id, entry.job.task,
+                        extra={"job_id": entry.job.id, "task": entry.job.task})  # fmt: skip
+            entry.cancel.set()
         if lost:
             logger.warning(
                 "worker %s lost the lease of job(s) %s; their outcome will be refused",

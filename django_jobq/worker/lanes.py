@@ -8,6 +8,7 @@ from queue import SimpleQueue
 from typing import TYPE_CHECKING
 
 from .. import validation
+from ..context import CancelSignal
 from ..exceptions import ConfigurationError, InvalidJob
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class Running:
     # was sent: the lease runs at least LEASE_SECONDS from then, never longer than that is known
     renewed_at: float = 0.0
     lost: bool = False  # a heartbeat found the job no longer ours: never start it
+    cancel: CancelSignal = field(default_factory=CancelSignal)  # set when a heartbeat finds a cancel asked
 
     @property
     def key(self) -> tuple[int, int]:

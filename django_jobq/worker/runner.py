@@ -19,9 +19,10 @@ from django.utils.module_loading import import_string
 from .. import signals
 from ..backoff import RetryPolicy
 from ..conf import jobq_settings
-from ..context import JobContext
+from ..context import CancelSignal, JobContext
 from ..exceptions import InvalidPayload, JobTimeout, PermanentError, RateLimitUnavailable
 from ..managers import result_json
+from ..outcomes import Cancelled, Discard, Snooze
 from ..ratelimit import TokenBucket
 from ..registry import resolve_task
 from ..tasks import Task
@@ -55,8 +56,12 @@ class Outcome:
     duration: float = 0.0
     abandoned: bool = False  # the job is no longer ours (lost lease, or failed by the timeout watchdog)
     committed: bool = False  # DONE is already written, in the task's own transaction (atomic=True)
-    snooze: float | None = (
-        None  # no rate-limit permit: back to PENDING for this many seconds, no attempt used
+    # no rate-limit permit, or the task raised Snooze: back to PENDING for this many seconds, no
+    # attempt used
+    snooze: float | None = None
+    snoozed: bool = False  # the task raised Snooze (counted against JOBQ["MAX_SNOOZES"])
+    discard: bool = (
+        False  # end CANCELLED: the task raised Discard or a discard_on exception, or was cancelled
     )
 
     @property
@@ -105,6 +110,11 @@ def default_policy() -> RetryPolicy:
     return RetryPolicy(base=conf.backoff_base, cap=conf.backoff_cap, permanent=permanent)
 
 
+def discarded_by(task: Task[Any, Any]) -> tuple[type[BaseException], ...]:
+    """The exceptions that end the task's job CANCELLED: Discard, its discard_on, JOBQ["DISCARD_ON"]."""
+    return (Discard, *task.discard_on, *(import_string(path) for path in jobq_settings().discard_on))
+
+
 def class_path(exc: BaseException) -> str:
     """The exception's class as an importable path (stored with each failed attempt)."""
     kind = type(exc)
@@ -143,41 +153,67 @@ class SlotRunner:
             self._loop.close()
             self._loop = None
 
-    def run(self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt) -> Outcome:
+    def run(
+        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal | None = None
+    ) -> Outcome:
         close_old_connections()
         try:
-            return self._run(job, fence, attempt, on_attempt)
+            return self._run(job, fence, attempt, on_attempt, cancel or CancelSignal())
         except Exception as exc:  # never let a job end the slot: a failure like any other, retried
             return Outcome(fence=fence, attempt=attempt, error=format_error(exc), error_class=class_path(exc))
         finally:
             close_old_connections()
 
-    def _run(self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt) -> Outcome:
+    def _run(
+        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal
+    ) -> Outcome:
         task = resolve_task(job.task)
         if task is None:
             error = f"no task is registered as {job.task!r}"
             return Outcome(fence=fence, attempt=attempt, error=error, permanent=True)
         policy = task.retry or default_policy()
+        discards = discarded_by(task)
         conf = jobq_settings()
         while True:
+            if cancel.is_set():  # asked before this attempt started: it never does
+                return Outcome(
+                    fence=fence, attempt=attempt, error="cancelled before it started", discard=True
+                )
             if (wait := permit_wait(task, job.queue)) is not None:
                 return Outcome(fence=fence, attempt=attempt, snooze=wait)
             started = time.monotonic()
             signals.send(signals.job_started, job=job, worker_id=self.worker_id)
             try:
                 if task.atomic:
-                    result = self._call_atomic(task, job, fence, attempt)
+                    result = self._call_atomic(task, job, fence, attempt, cancel)
                 else:
                     result = result_json(
-                        self._call(task, job, fence, attempt, task.timeout or conf.job_timeout)
+                        self._call(task, job, fence, attempt, task.timeout or conf.job_timeout, cancel)
                     )
             except StaleRun:
                 return Outcome(
                     fence=fence, attempt=attempt, abandoned=True, duration=time.monotonic() - started
                 )
+            except Snooze as exc:
+                duration = time.monotonic() - started
+                if (job.snoozes or 0) < conf.max_snoozes:
+                    return Outcome(
+                        fence=fence, attempt=attempt, snooze=exc.seconds, snoozed=True, duration=duration
+                    )
+                error = f"the task raised Snooze more than JOBQ['MAX_SNOOZES'] ({conf.max_snoozes}) times"
+                return Outcome(
+                    fence=fence, attempt=attempt, error=error, error_class=class_path(exc), duration=duration,
+                    backoff=policy.delay(attempt) if attempt < job.max_attempts else None,
+                )  # fmt: skip
             except Exception as exc:
                 duration = time.monotonic() - started
                 error, error_class = format_error(exc), class_path(exc)
+                if cancel.is_set() or isinstance(exc, (Cancelled, *discards)):
+                    reason = exc.reason if isinstance(exc, Discard) else error
+                    return Outcome(
+                        fence=fence, attempt=attempt, error=reason, error_class=error_class, discard=True,
+                        duration=duration,
+                    )  # fmt: skip
                 permanent = isinstance(exc, (PermanentError, InvalidPayload, *policy.permanent))
                 if permanent or attempt >= job.max_attempts:
                     return Outcome(
@@ -228,31 +264,41 @@ class SlotRunner:
                 signals.send(signals.job_retried, job=job, worker_id=self.worker_id, error=error, delay=delay)
                 attempt, fence = renewed
                 continue
+            if cancel.is_set() and not task.atomic:  # asked while it ran: its result is discarded
+                return Outcome(
+                    fence=fence, attempt=attempt, error="cancelled while it ran; its result was discarded",
+                    discard=True, duration=time.monotonic() - started,
+                )  # fmt: skip
             return Outcome(
                 fence=fence, attempt=attempt, result_json=result, duration=time.monotonic() - started,
                 committed=task.atomic,
             )  # fmt: skip
 
-    def _call_atomic(self, task: Task[Any, Any], job: Job, fence: int, attempt: int) -> str:
+    def _call_atomic(
+        self, task: Task[Any, Any], job: Job, fence: int, attempt: int, cancel: CancelSignal
+    ) -> str:
         """Run the task and write its DONE in one transaction on the queue's database, fenced by this
         run's token: a crash before the commit leaves neither the task's writes nor DONE, and a run
         that lost the job (its lease expired, another worker holds it) rolls its writes back."""
         from ..models import Job as JobModel
 
         with transaction.atomic(using=jobq_settings().database):
-            result = result_json(self._call(task, job, fence, attempt, None))
+            result = result_json(self._call(task, job, fence, attempt, None, cancel))
             if not JobModel.objects.complete_json(job.id, self.worker_id, result, fence=fence):
                 raise StaleRun(f"job {job.id}: run {fence} no longer owns the job")
         return result
 
-    def _call(self, task: Task[Any, Any], job: Job, fence: int, attempt: int, timeout: float | None) -> Any:
+    def _call(
+        self, task: Task[Any, Any], job: Job, fence: int, attempt: int, timeout: float | None,
+        cancel: CancelSignal,
+    ) -> Any:  # fmt: skip
         args: tuple[Any, ...] = ()
         if task.takes_context:
             args = (
                 JobContext(
                     job_id=job.id, task=job.task, attempt=attempt, max_attempts=job.max_attempts,
                     worker_id=self.worker_id, fence=fence, side_write=self.side_write,
-                    dedupe_key=job.dedupe_key, job=job,
+                    dedupe_key=job.dedupe_key, job=job, cancelled=cancel.event,
                 ),
             )  # fmt: skip
         task.check_call(job.payload, *args)
@@ -261,8 +307,24 @@ class SlotRunner:
         if self._loop is None:
             self._loop = asyncio.Runner()
         try:
-            return self._loop.run(asyncio.wait_for(task.func(*args, **job.payload), timeout))
+            return self._loop.run(_cancellable(task.func(*args, **job.payload), timeout, cancel))
         except TimeoutError:
             if timeout is None:
                 raise
             raise JobTimeout(f"job ran longer than its timeout of {timeout}s") from None
+        except asyncio.CancelledError:
+            if cancel.is_set():
+                raise Cancelled(f"job {job.id} was cancelled") from None
+            raise
+
+
+async def _cancellable(coro: Any, timeout: float | None, cancel: CancelSignal) -> Any:
+    """Await ``coro`` within ``timeout``; a cancel asked meanwhile cancels it (asyncio cancellation,
+    from the heartbeat's thread)."""
+    running = asyncio.ensure_future(asyncio.wait_for(coro, timeout))
+    loop = asyncio.get_running_loop()
+    forget = cancel.on_set(lambda: loop.call_soon_threadsafe(running.cancel))
+    try:
+        return await running
+    finally:
+        forget()

@@ -72,7 +72,7 @@ class SlotMixin(WorkerBase):
             return True
 
         try:
-            outcome = runner.run(entry.job, entry.fence, entry.attempt, on_attempt)
+            outcome = runner.run(entry.job, entry.fence, entry.attempt, on_attempt, entry.cancel)
         except BaseException as exc:  # never let a job end the slot
             outcome = Outcome(fence=current.fence, attempt=current.attempt, error=format_error(exc))
         if current.timed_out and not outcome.abandoned:  # whatever it returned: failed, as timed out
@@ -97,8 +97,9 @@ class SlotMixin(WorkerBase):
         task = find_task(old.job.task)
         timeout = (task.timeout if task else None) or jobq_settings().job_timeout
         new = Running(
-            old.job, fence, attempt, old.lane, timeout, time.monotonic() + timeout if timeout else None
-        )
+            old.job, fence, attempt, old.lane, timeout, time.monotonic() + timeout if timeout else None,
+            cancel=old.cancel,
+        )  # fmt: skip
         with self._lock:
             if self._running.get(old.key) is old:
                 del self._running[old.key]

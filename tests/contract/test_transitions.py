@@ -48,7 +48,7 @@ def test_reap_returns_the_whole_backlog_and_buries_exhausted_jobs(python_clock):
         reaped = Job.objects.reap()
         assert sorted(reaped) == sorted(ids)  # one call, every expired lease
     counts = Job.objects.counts()
-    assert counts == {"PENDING": 120, "RUNNING": 0, "DONE": 0, "DEAD": 30}
+    assert counts == {"PENDING": 120, "RUNNING": 0, "DONE": 0, "DEAD": 30, "CANCELLED": 0}
     dead = Job.objects.filter(status=JobStatus.DEAD).first()
     assert "lease expired" in dead.last_error and dead.worker_id == "crashed"
 
@@ -158,8 +158,8 @@ def test_counts_are_zero_filled_and_per_queue():
     Job.objects.enqueue("test.noop", queue="a")
     Job.objects.enqueue("test.noop", queue="b")
     Job.objects.claim("w", queues=["b"])
-    assert Job.objects.counts() == {"PENDING": 1, "RUNNING": 1, "DONE": 0, "DEAD": 0}
-    assert Job.objects.counts("b") == {"PENDING": 0, "RUNNING": 1, "DONE": 0, "DEAD": 0}
+    assert Job.objects.counts() == {"PENDING": 1, "RUNNING": 1, "DONE": 0, "DEAD": 0, "CANCELLED": 0}
+    assert Job.objects.counts("b") == {"PENDING": 0, "RUNNING": 1, "DONE": 0, "DEAD": 0, "CANCELLED": 0}
 
 
 def test_claim_filters_by_queue():

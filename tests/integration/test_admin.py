@@ -192,7 +192,7 @@ def test_requeue_action_with_permission_requeues_and_logs(staff):
         assert len(job.errors) == 3  # the error history stays
     entries = LogEntry.objects.filter(user=client.user).order_by("object_id")
     assert [(e.object_id, e.action_flag, e.change_message) for e in entries] == [
-        (str(job.pk), CHANGE, "Requeued (DEAD -> PENDING)") for job in sorted(jobs, key=lambda j: j.pk)
+        (str(job.pk), CHANGE, "Requeued (-> PENDING)") for job in sorted(jobs, key=lambda j: j.pk)
     ]
     assert all(e.content_type.model_class() is Job for e in entries)
 
@@ -296,7 +296,7 @@ def test_requeue_with_a_new_run_at_and_priority_through_the_intermediate_form(st
         assert job.status == JobStatus.PENDING and job.priority == -5
         assert job.run_at == dt.datetime(2030, 1, 2, 3, 4, tzinfo=dt.UTC)
     messages = set(LogEntry.objects.values_list("change_message", flat=True))
-    assert messages == {"Requeued (DEAD -> PENDING), to run at 2030-01-02T03:04:00+00:00, priority -5"}
+    assert messages == {"Requeued (-> PENDING), to run at 2030-01-02T03:04:00+00:00, priority -5"}
 
 
 @pytest.mark.p1

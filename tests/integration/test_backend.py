@@ -302,3 +302,19 @@ def test_refuses_bad_jobq_options():
 
 def _spare():
     return None
+
+
+@pytest.mark.p1
+def test_backend_cancel_answers_as_the_manager_and_a_cancelled_result_reads_failed():
+    from django_jobq import CancelOutcome
+
+    result = dtasks.add.enqueue(1, 2)
+    assert backend().cancel(result.id) is CancelOutcome.CANCELLED
+    assert backend().cancel(result.id) is CancelOutcome.ALREADY_FINISHED
+    fetched = backend().get_result(result.id)
+    assert fetched.status == TaskResultStatus.FAILED and fetched.finished_at is not None
+    assert Job.objects.get(id=int(result.id)).cancelled_by == "backend default"
+    assert backend().cancel(str(10**12)) is CancelOutcome.NOT_FOUND
+    for bad in ("nope", "-1", str(1 << 63)):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend().cancel(bad)

@@ -205,4 +205,10 @@ def test_reaper_pass_clears_a_backlog_and_prunes(python_clock):
         clock.shift(8 * 24 * 3600)  # past the 7-day DONE retention
         result = reaper.run_once()
     assert result.pruned_done == 100 and result.reaped == []
-    assert Job.objects.counts() == {"PENDING": 0, "RUNNING": 30, "DONE": 0, "DEAD": 0}  # never pruned
+    assert Job.objects.counts() == {
+        "PENDING": 0,
+        "RUNNING": 30,
+        "DONE": 0,
+        "DEAD": 0,
+        "CANCELLED": 0,
+    }  # never pruned

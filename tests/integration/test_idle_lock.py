@@ -22,11 +22,15 @@ def notifications(listen: psycopg.Connection, timeout: float = 0.5) -> list[str]
     return [n.payload for n in listen.notifies(timeout=timeout)]
 
 
+# Locks of this database only: another database on the same server (another test run) has its own.
+THIS_DATABASE = "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+
+
 def waiting_for_the_lock() -> int:
     """Sessions queued for the idle lock, not granted yet."""
     with psycopg.connect(**connection_params("default"), autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND {THIS_DATABASE}"
         ).fetchone()
     return int(row[0])
 
@@ -155,6 +159,7 @@ def _lock_holders() -> list[int]:
         rows = conn.execute(
             "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
             "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'jobq-idle-lock'"
+            f" AND {THIS_DATABASE}"
         ).fetchall()
     return [row[0] for row in rows]
 

@@ -314,6 +314,18 @@ def test_counts_read_the_partial_indexes_only(wide_history, generic):
         assert {n.get("Index Name") for n in scans(plan)} == {
             "jobq_job_claim", "jobq_job_lease", "jobq_job_finished", "jobq_job_dead",
         }  # fmt: skip
-    assert Job.objects.counts() == {"PENDING": 20_000, "RUNNING": 500, "DONE": 200_000, "DEAD": 500}
-    assert Job.objects.counts("b") == {"PENDING": 10_000, "RUNNING": 0, "DONE": 0, "DEAD": 500}
-    assert Job.objects.counts("nowhere") == {"PENDING": 0, "RUNNING": 0, "DONE": 0, "DEAD": 0}
+    assert Job.objects.counts() == {
+        "PENDING": 20_000,
+        "RUNNING": 500,
+        "DONE": 200_000,
+        "DEAD": 500,
+        "CANCELLED": 0,
+    }
+    assert Job.objects.counts("b") == {
+        "PENDING": 10_000,
+        "RUNNING": 0,
+        "DONE": 0,
+        "DEAD": 500,
+        "CANCELLED": 0,
+    }
+    assert Job.objects.counts("nowhere") == {"PENDING": 0, "RUNNING": 0, "DONE": 0, "DEAD": 0, "CANCELLED": 0}

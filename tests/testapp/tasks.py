@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.utils import timezone
 
@@ -278,3 +279,70 @@ def fails_once(context):
     if context.attempt == 1:
         raise ConnectionError("transient failure on the first attempt")
     return {"attempt": context.attempt}
+
+
+# -- job control --------------------------------------------------------------------------------------
+@django_jobq.task(name="test.until_cancelled", takes_context=True)
+def until_cancelled(context, seconds: float = 60.0):
+    """Record the start, then wait for a cancel (checking context.cancelled) for at most ``seconds``."""
+    Execution.objects.create(job_id=context.job_id, attempt=context.attempt, fence=context.fence,
+                             worker_id=context.worker_id, ran_at=timezone.now())  # fmt: skip
+    context.cancelled.wait(seconds)
+    context.check_cancelled()
+    return "not cancelled"
+
+
+@django_jobq.task(name="test.async_until_cancelled", takes_context=True)
+async def async_until_cancelled(context, seconds: float = 60.0):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(Execution.objects.create)(
+        job_id=context.job_id, attempt=context.attempt, fence=context.fence, worker_id=context.worker_id,
+        ran_at=timezone.now(),
+    )  # fmt: skip
+    await asyncio.sleep(seconds)
+    return "not cancelled"
+
+
+@django_jobq.task(name="test.ignores_cancel", takes_context=True)
+def ignores_cancel(context, seconds: float = 60.0, path: str | None = None):
+    """Record the start, wait for the cancel, then keep going a little and return a value anyway
+    (and, given a ``path``, write "end" to that file first: a mark made without the database)."""
+    Execution.objects.create(job_id=context.job_id, attempt=context.attempt, fence=context.fence,
+                             worker_id=context.worker_id, ran_at=timezone.now())  # fmt: skip
+    context.cancelled.wait(seconds)
+    time.sleep(0.2)
+    if path:
+        with open(path, "w") as mark:
+            mark.write("end")
+    return "finished regardless"
+
+
+@django_jobq.task(name="test.snoozer", takes_context=True)
+def snoozer(context, times: int, seconds: float = 0.0):
+    """Raise Snooze(seconds) the first ``times`` runs, then return how many snoozes it saw."""
+    Execution.objects.create(job_id=context.job_id, attempt=context.attempt, fence=context.fence,
+                             worker_id=context.worker_id, ran_at=timezone.now())  # fmt: skip
+    if context.job.snoozes < times:
+        raise django_jobq.Snooze(seconds)
+    return {"snoozes": context.job.snoozes, "attempt": context.attempt}
+
+
+@django_jobq.task(name="test.bad_snooze")
+def bad_snooze(seconds):
+    raise django_jobq.Snooze(float(seconds) if seconds in ("nan", "inf") else seconds)
+
+
+@django_jobq.task(name="test.discarder", max_attempts=5)
+def discarder(reason: str = "its order was deleted"):
+    raise django_jobq.Discard(reason)
+
+
+@django_jobq.task(name="test.object_gone", max_attempts=5, discard_on=(ObjectDoesNotExist,))
+def object_gone(pk: int):
+    return Ledger.objects.get(pk=pk).pk  # Ledger.DoesNotExist is an ObjectDoesNotExist
+
+
+@django_jobq.task(name="test.ledger_gone")
+def ledger_gone(pk: int):
+    return Ledger.objects.get(pk=pk).pk

@@ -59,6 +59,30 @@ def test_check_ids(settings):
     assert _ids(settings, {"QUEUES": {"emails": {"MAX_RUNNING": 0}}}) == ["jobq.E005"]
 
 
+@pytest.mark.parametrize("setting", ["DISCARD_ON", "PERMANENT_EXCEPTIONS"])
+@pytest.mark.parametrize(
+    "path", ["no.such.module.Error", "django.core.exceptions.NoSuchError", "django.db.models.Model", "json"]
+)
+def test_an_exception_path_that_names_no_exception_class_is_a_check_error(settings, setting, path):
+    assert _ids(settings, {setting: ["django.core.exceptions.ObjectDoesNotExist", path]}) == ["jobq.E011"]
+
+
+@pytest.mark.parametrize(
+    ("jobq", "message"),
+    [
+        ({"DISCARD_ON": "django.core.exceptions.ObjectDoesNotExist"}, "list of dotted paths"),
+        ({"MAX_SNOOZES": -1}, "MAX_SNOOZES"),
+        ({"MAX_SNOOZES": True}, "MAX_SNOOZES"),
+        ({"CANCELLED_RETENTION_SECONDS": -5}, "CANCELLED_RETENTION_SECONDS"),
+        ({"CANCELLED_RETENTION_SECONDS": float("nan")}, "CANCELLED_RETENTION_SECONDS"),
+    ],
+)
+def test_bad_job_control_settings_are_refused(settings, jobq, message):
+    settings.JOBQ = jobq
+    with pytest.raises(ConfigurationError, match=message):
+        jobq_settings()
+
+
 @pytest.mark.parametrize(
     ("queues", "message"),
     [

@@ -31,7 +31,8 @@ class Command(BaseCommand):
             finally:
                 reaper.release()
             self.stdout.write(
-                f"reaped {len(result.reaped)}, pruned {result.pruned_done} done and {result.pruned_dead} dead job(s)"
+                f"reaped {len(result.reaped)}, pruned {result.pruned_done} done, {result.pruned_dead} dead and "
+                f"{result.pruned_cancelled} cancelled job(s)"
                 f", {result.pruned_marks} expired inbound mark(s)"
                 f" and {result.pruned_rates} idle rate-limit key(s)"
             )

@@ -36,7 +36,7 @@ from .pick import (
     _REST,
     _WALK,
 )
-from .terms import DEAD, DONE, NOW, PENDING, RUNNING, wake
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, wake
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
 
@@ -64,8 +64,8 @@ def _append_error(alias: str, entry: str) -> str:
 # RETURNING names the columns a worker needs, never the error history or an old result.
 CLAIMED_COLUMNS = (
     "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
-    "fence", "releases", "worker_id", "lease_until", "dedupe_key", "concurrency_key", "created_at",
-    "started_at",
+    "fence", "releases", "snoozes", "worker_id", "lease_until", "dedupe_key", "concurrency_key",
+    "created_at", "started_at",
 )  # fmt: skip
 _TAKE = f"""UPDATE jobq_job AS j
 SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1, fence = j.fence + 1,
@@ -82,10 +82,19 @@ CLAIM_REST = f"WITH {_PICK_REST}\n{_TAKE}"
 _OWNED = f"status = {RUNNING} AND worker_id = %(worker_id)s"
 _J_OWNED = f"j.status = {RUNNING} AND j.worker_id = %(worker_id)s"
 
-# complete: RUNNING -> DONE, only by the owner of this very run.
+# A cancel asked of a RUNNING job (CANCEL) ends whatever outcome its run writes afterwards as
+# CANCELLED: a result is discarded, a failure never retried. The outcome's UPDATE and the cancel's lock
+# the same row, so exactly one order holds: a cancel that committed first turns the outcome into
+# CANCELLED, a cancel that comes after finds the job finished and changes nothing.
+_ASKED = "cancel_requested_at IS NOT NULL"
+_J_ASKED = "j.cancel_requested_at IS NOT NULL"
+
+# complete: RUNNING -> DONE (CANCELLED if a cancel was asked), only by the owner of this very run.
 COMPLETE = f"""
 UPDATE jobq_job
-SET status = {DONE}, result = %(result)s::jsonb, finished_at = {NOW}, lease_until = NULL
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {DONE} END,
+    result = CASE WHEN {_ASKED} THEN NULL ELSE %(result)s::jsonb END,
+    key_released = key_released OR {_ASKED}, finished_at = {NOW}, lease_until = NULL
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING id, {_wake_waiters("jobq_job")}
 """
@@ -94,29 +103,34 @@ RETURNING id, {_wake_waiters("jobq_job")}
 # fails are simply not returned. (id = ANY(ids) keeps every plan, generic ones too, on the primary key;
 # the same holds for HEARTBEAT and RELEASE.)
 COMPLETE_MANY = f"""UPDATE jobq_job AS j
-SET status = {DONE}, result = d.result::jsonb, finished_at = {NOW}, lease_until = NULL
+SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} ELSE {DONE} END,
+    result = CASE WHEN {_J_ASKED} THEN NULL ELSE d.result::jsonb END,
+    key_released = j.key_released OR {_J_ASKED}, finished_at = {NOW}, lease_until = NULL
 FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::text[]) AS d(id, fence, result)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
 RETURNING j.id, {_wake_waiters("j")}"""
 
-_GIVE_UP = "(%(permanent)s OR attempts >= max_attempts)"
+_ENDS_CANCELLED = f"(%(discard)s OR {_ASKED})"
+_GIVE_UP = f"(%(permanent)s OR attempts >= max_attempts OR {_ENDS_CANCELLED})"
 
-# fail: RUNNING -> PENDING (retry at now + backoff) or DEAD (permanent, or attempts exhausted), only by
-# the owner of this run. Without an explicit backoff the delay is full jitter below the ceiling of
-# django_jobq.backoff.compute_backoff: random() * least(cap, base * 2^(attempts-1)). The error is kept
-# in last_error and appended to the (bounded) history.
+# fail: RUNNING -> PENDING (retry at now + backoff), DEAD (permanent, or attempts exhausted) or
+# CANCELLED (a Discard, %(discard)s, or a cancel asked), only by the owner of this run. Without an
+# explicit backoff the delay is full jitter below the ceiling of django_jobq.backoff.compute_backoff:
+# random() * least(cap, base * 2^(attempts-1)). The error is kept in last_error and appended to the
+# (bounded) history. A CANCELLED job gives its dedupe key up.
 FAIL = f"""
 UPDATE jobq_job AS j
-SET status = CASE WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
+SET status = CASE WHEN {_ENDS_CANCELLED} THEN {CANCELLED} WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
     run_at = CASE WHEN {_GIVE_UP} THEN run_at ELSE {NOW} + make_interval(secs => COALESCE(
         %(backoff)s, random() * LEAST(%(cap)s, %(base)s * power(2, LEAST(attempts - 1, 64))))) END,
     finished_at = CASE WHEN {_GIVE_UP} THEN {NOW} END,
     worker_id = CASE WHEN {_GIVE_UP} THEN worker_id END,
+    key_released = key_released OR {_ENDS_CANCELLED},
     lease_until = NULL,
     last_error = %(error)s, error_count = error_count + 1,
     errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text, 'class', %(error_class)s::text)")}
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
-RETURNING status, {_wake_waiters("j", f"j.status = {DEAD}")}
+RETURNING status, {_wake_waiters("j", f"j.status IN ({DEAD}, {CANCELLED})")}
 """
 
 # renew_lease: set one owned job's lease to now + lease (an explicit renewal may also shorten it).
@@ -127,7 +141,7 @@ RETURNING id
 """
 
 # heartbeat: renew every lease the worker holds, in one statement, returning the held jobs that are no
-# longer this run's (lost). Only the ids the worker is running are named, so a job it lost track of
+# longer this run's (lost: false) and those still its own that a cancel was asked of (asked: true). Only the ids the worker is running are named, so a job it lost track of
 # (e.g. a claim whose reply was lost) is left to expire. A lease is never shortened (GREATEST), so a
 # task's longer renew_lease() survives the heartbeat. Rows another transaction holds are skipped, not
 # waited for (renewed by the next beat); "lost" is read from the statement's snapshot, so a skipped
@@ -146,10 +160,28 @@ WITH held AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM mine)) AND j.id = h.id AND j.fence = h.fence
     RETURNING j.id
 )
-SELECT h.id, h.fence FROM held AS h
+SELECT h.id, h.fence, false AS asked FROM held AS h
 WHERE NOT EXISTS (
     SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND {_J_OWNED} AND j.fence = h.fence
 )
+UNION ALL
+SELECT j.id, j.fence, true FROM jobq_job AS j JOIN held AS h ON j.id = h.id AND j.fence = h.fence
+WHERE j.id = ANY(%(ids)s::bigint[]) AND {_J_OWNED} AND {_J_ASKED}
+"""
+
+# snooze_run: a run that raised Snooze goes back to PENDING, due %(delay)s seconds from now, without
+# using up an attempt (the claim had counted it), its snoozes counted; only by the owner of this run.
+# A job a cancel was asked of ends CANCELLED instead.
+SNOOZE_RUN = f"""
+UPDATE jobq_job
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
+    finished_at = CASE WHEN {_ASKED} THEN {NOW} END,
+    worker_id = CASE WHEN {_ASKED} THEN worker_id END,
+    key_released = key_released OR {_ASKED},
+    attempts = attempts - 1, snoozes = snoozes + 1, lease_until = NULL, started_at = NULL,
+    run_at = {NOW} + make_interval(secs => %(delay)s)
+WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s
+RETURNING status, {_wake_waiters("jobq_job", f"jobq_job.status = {CANCELLED}")}
 """
 
 # release: a stopping worker gives back every job it still holds (RUNNING under its worker_id, which
@@ -158,19 +190,21 @@ WHERE NOT EXISTS (
 # that each release counts, and a job out of attempts goes DEAD, so a job that outlives every deploy
 # cannot circulate forever. The fence stays: the next claim raises it.
 _RELEASE_DEAD = "(j.releases >= %(free)s AND j.attempts >= j.max_attempts)"
+_RELEASE_ENDS = f"({_RELEASE_DEAD} OR {_J_ASKED})"
 RELEASE = f"""
 UPDATE jobq_job AS j
-SET status = CASE WHEN {_RELEASE_DEAD} THEN {DEAD} ELSE {PENDING} END,
+SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} WHEN {_RELEASE_DEAD} THEN {DEAD} ELSE {PENDING} END,
     attempts = CASE WHEN j.releases < %(free)s THEN j.attempts - 1 ELSE j.attempts END,
     releases = j.releases + 1,
-    worker_id = CASE WHEN {_RELEASE_DEAD} THEN j.worker_id END,
-    finished_at = CASE WHEN {_RELEASE_DEAD} THEN {NOW} END,
-    last_error = CASE WHEN {_RELEASE_DEAD}
-        THEN 'released by a stopping worker with no attempts left' ELSE j.last_error END,
+    worker_id = CASE WHEN {_RELEASE_ENDS} THEN j.worker_id END,
+    finished_at = CASE WHEN {_RELEASE_ENDS} THEN {NOW} END,
+    key_released = j.key_released OR {_J_ASKED},
+    last_error = CASE WHEN {_J_ASKED} THEN 'cancelled by ' || coalesce(j.cancelled_by, '?')
+        WHEN {_RELEASE_DEAD} THEN 'released by a stopping worker with no attempts left' ELSE j.last_error END,
     lease_until = NULL, run_at = {NOW},
     errors = {_append_error("j", f"jsonb_build_object('attempt', j.attempts, 'at', {NOW}, 'worker', j.worker_id, 'error', 'released: worker shut down')")}
 WHERE {_J_OWNED}
-RETURNING j.id, {_wake_waiters("j", f"j.status = {DEAD}")}
+RETURNING j.id, {_wake_waiters("j", f"j.status IN ({DEAD}, {CANCELLED})")}
 """
 
 # reap: every RUNNING job whose lease expired goes back to PENDING, or to DEAD when it has used all
@@ -186,14 +220,15 @@ WITH expired AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE jobq_job AS j
-SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
-    finished_at = CASE WHEN attempts >= max_attempts THEN {NOW} END,
-    worker_id = CASE WHEN attempts >= max_attempts THEN worker_id END,
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
+    finished_at = CASE WHEN attempts >= max_attempts OR {_ASKED} THEN {NOW} END,
+    worker_id = CASE WHEN attempts >= max_attempts OR {_ASKED} THEN worker_id END,
+    key_released = key_released OR {_ASKED},
     run_at = {NOW}, lease_until = NULL, error_count = error_count + 1,
     last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
     errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', 'lease expired: worker stopped renewing it')")}
 WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND status = {RUNNING} AND lease_until < {NOW}
-RETURNING id, {_wake_waiters("j", f"j.status = {DEAD}")}, j.queue, j.status,
+RETURNING id, {_wake_waiters("j", f"j.status IN ({DEAD}, {CANCELLED})")}, j.queue, j.status,
           CASE WHEN j.status = {PENDING} THEN {wake("j.queue")} END
 """
 
@@ -204,11 +239,12 @@ REQUEUE_FREE_KEYS = f"""
 UPDATE jobq_job AS h SET key_released = true
 WHERE h.dedupe_key = ANY(ARRAY(
         SELECT dedupe_key FROM jobq_job
-        WHERE id = ANY(%(ids)s::bigint[]) AND status = {DEAD} AND dedupe_key IS NOT NULL AND key_released))
+        WHERE id = ANY(%(ids)s::bigint[]) AND status IN ({DEAD}, {CANCELLED}) AND dedupe_key IS NOT NULL
+          AND key_released))
   AND NOT h.key_released AND {window_over("h")}
 """
 
-# requeue: DEAD -> PENDING with a fresh attempt budget (attempts and releases reset; the fence and the
+# requeue: DEAD or CANCELLED -> PENDING with a fresh attempt budget (attempts and releases reset; the fence and the
 # error history are kept). A job with a dedupe key takes its key back: a job whose key another job
 # holds (active, or finished inside its window) is skipped, and of several selected jobs sharing a
 # key only one is requeued (the holder, else the newest), so the unique index never refuses the
@@ -219,7 +255,7 @@ REQUEUE = f"""
 WITH chosen AS MATERIALIZED (
     SELECT DISTINCT ON (j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END) j.id
     FROM jobq_job AS j
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = {DEAD}
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ({DEAD}, {CANCELLED})
       AND (j.dedupe_key IS NULL OR NOT j.key_released OR NOT EXISTS (
             SELECT 1 FROM jobq_job AS a WHERE a.dedupe_key = j.dedupe_key AND NOT a.key_released))
     ORDER BY j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END, j.key_released, j.id DESC
@@ -227,8 +263,9 @@ WITH chosen AS MATERIALIZED (
 UPDATE jobq_job AS j
 SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s::timestamptz, {NOW}),
     priority = COALESCE(%(priority)s, j.priority), worker_id = NULL, lease_until = NULL,
-    started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = false
-WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status = {DEAD}
+    started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = false,
+    cancel_requested_at = NULL, cancelled_by = NULL
+WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status IN ({DEAD}, {CANCELLED})
 RETURNING j.id, j.queue, j.run_at <= {NOW} AS due, CASE WHEN j.run_at <= {NOW} THEN {wake("j.queue")} END
 """
 
@@ -243,6 +280,7 @@ SELECT {PENDING}, count(*) FROM jobq_job WHERE status = {PENDING}
 UNION ALL SELECT {RUNNING}, count(*) FROM jobq_job WHERE status = {RUNNING}
 UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE}
 UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD}
+UNION ALL SELECT {CANCELLED}, count(*) FROM jobq_job WHERE status = {CANCELLED}
 """
 
 # counts_queue: COUNTS for one queue. PENDING and DEAD are index-only ranges of their indexes (queue
@@ -253,6 +291,7 @@ SELECT {PENDING}, count(*) FROM jobq_job WHERE status = {PENDING} AND queue = %(
 UNION ALL SELECT {RUNNING}, count(*) FROM jobq_job WHERE status = {RUNNING} AND queue = %(queue)s
 UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE} AND queue = %(queue)s
 UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD} AND queue = %(queue)s
+UNION ALL SELECT {CANCELLED}, count(*) FROM jobq_job WHERE status = {CANCELLED} AND queue = %(queue)s
 """
 
 # prune: delete up to %(batch)s finished jobs of one terminal status older than the retention, except
@@ -268,13 +307,13 @@ PRUNE = f"""
 DELETE FROM jobq_job
 WHERE id = ANY(ARRAY(
     SELECT id FROM jobq_job
-    WHERE status = %(status)s AND status IN ({DONE}, {DEAD})
+    WHERE status = %(status)s AND status IN ({DONE}, {DEAD}, {CANCELLED})
       AND finished_at < {NOW} - make_interval(secs => %(age)s)
       AND (dedupe_key IS NULL OR key_released OR {window_over("jobq_job")})
     ORDER BY finished_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-)) AND status IN ({DONE}, {DEAD})
+)) AND status IN ({DONE}, {DEAD}, {CANCELLED})
 """
 
 # set_progress: record {"done", "total"} on an owned RUNNING job.

@@ -3,7 +3,7 @@ snoozed), and the backlog probe a slot asks before holding a job through an in-s
 like every transition out of RUNNING (sql/postgres/jobs.py has the rules)."""
 
 from .pick import _REST
-from .terms import NOW, PENDING, RUNNING, wake
+from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
 
 _J_OWNED = f"j.status = {RUNNING} AND j.worker_id = %(worker_id)s"
 
@@ -30,10 +30,15 @@ DUE_EXISTS_REST = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
 
 # snooze: give owned runs back to PENDING without using up an attempt (the claim had counted it),
 # due again after %(delays)s seconds each: a job over a task's cap, or without a rate-limit permit.
-# The fence stays raised (the next claim raises it again), so the run is over for good.
+# The fence stays raised (the next claim raises it again), so the run is over for good. A job a cancel
+# was asked of ends CANCELLED instead (sql/postgres/jobs.py, _ASKED).
 SNOOZE = f"""
 UPDATE jobq_job AS j
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1,
+SET status = CASE WHEN j.cancel_requested_at IS NULL THEN {PENDING} ELSE {CANCELLED} END,
+    finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {NOW} END,
+    key_released = j.key_released OR j.cancel_requested_at IS NOT NULL,
+    worker_id = CASE WHEN j.cancel_requested_at IS NOT NULL THEN j.worker_id END,
+    lease_until = NULL, started_at = NULL, attempts = j.attempts - 1,
     run_at = {NOW} + make_interval(secs => d.delay)
 FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(delays)s::float8[]) AS d(id, fence, delay)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence

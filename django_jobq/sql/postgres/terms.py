@@ -1,8 +1,8 @@
 """Terms every PostgreSQL statement shares: the clock and the status codes (from status.JobStatus)."""
 
-from ...status import DEAD, DONE, PENDING, RUNNING
+from ...status import CANCELLED, DEAD, DONE, PENDING, RUNNING
 
-__all__ = ["CLOCK", "DEAD", "DONE", "IDLE_LOCK", "NOW", "PENDING", "RUNNING", "wake"]
+__all__ = ["CANCELLED", "CLOCK", "DEAD", "DONE", "IDLE_LOCK", "NOW", "PENDING", "RUNNING", "wake"]
 
 NOW = "COALESCE(%(now)s::timestamptz, now())"
 

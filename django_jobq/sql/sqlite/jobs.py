@@ -11,14 +11,14 @@ fence grows by one with every claim and in-slot retry and nothing lowers it.
 """
 
 from ..engine import Result, Script, Unsupported
-from .terms import DEAD, DONE, NOW, PENDING, RUNNING, each, plus, ts, window_over
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, each, plus, ts, window_over
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "ts"]
 
 CLAIMED_COLUMNS = (
     "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
-    "fence", "releases", "worker_id", "lease_until", "dedupe_key", "concurrency_key", "created_at",
-    "started_at",
+    "fence", "releases", "snoozes", "worker_id", "lease_until", "dedupe_key", "concurrency_key",
+    "created_at", "started_at",
 )  # fmt: skip
 
 
@@ -75,31 +75,45 @@ _HELD = """(SELECT i.value AS id, json_extract(%(fences)s, '$[' || i.key || ']')
 _DONE_ROWS = """(SELECT i.value AS id, json_extract(%(fences)s, '$[' || i.key || ']') AS fence,
     json_extract(%(results)s, '$[' || i.key || ']') AS result FROM json_each(%(ids)s) AS i)"""
 
-# complete: RUNNING -> DONE, only by the owner of this very run (a NULL fence: any run of this owner).
-# The second column stands for PostgreSQL's completion NOTIFY (wait_for), which SQLite has not.
+# A cancel asked of a RUNNING job ends whatever outcome its run writes next as CANCELLED (as on
+# PostgreSQL: sql/postgres/jobs.py, _ASKED).
+_ASKED = "cancel_requested_at IS NOT NULL"
+
+# complete: RUNNING -> DONE (CANCELLED if a cancel was asked), only by the owner of this very run (a
+# NULL fence: any run of this owner). The second column stands for PostgreSQL's completion NOTIFY
+# (wait_for), which SQLite has not.
 COMPLETE = f"""
-UPDATE jobq_job SET status = {DONE}, result = %(result)s, finished_at = {NOW}, lease_until = NULL
+UPDATE jobq_job
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {DONE} END,
+    result = CASE WHEN {_ASKED} THEN NULL ELSE %(result)s END,
+    key_released = key_released OR {_ASKED}, finished_at = {NOW}, lease_until = NULL
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING id, NULL
 """
 
 # complete_many: COMPLETE for a batch of (id, fence, result); rows whose guard fails are not returned.
 COMPLETE_MANY = f"""
-UPDATE jobq_job SET status = {DONE}, result = d.result, finished_at = {NOW}, lease_until = NULL
+UPDATE jobq_job
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {DONE} END,
+    result = CASE WHEN {_ASKED} THEN NULL ELSE d.result END,
+    key_released = key_released OR {_ASKED}, finished_at = {NOW}, lease_until = NULL
 FROM {_DONE_ROWS} AS d
 WHERE jobq_job.id = d.id AND jobq_job.status = {RUNNING} AND jobq_job.worker_id = %(worker_id)s
   AND jobq_job.fence = d.fence
 RETURNING id, NULL
 """
 
-_GIVE_UP = "(%(permanent)s OR attempts >= max_attempts)"
+_ENDS_CANCELLED = f"(%(discard)s OR {_ASKED})"
+_GIVE_UP = f"(%(permanent)s OR attempts >= max_attempts OR {_ENDS_CANCELLED})"
 _RANDOM = "(abs(random()) / 9223372036854775808.0)"  # uniform in [0, 1)
 
-# fail: RUNNING -> PENDING (retry at now + backoff) or DEAD, only by the owner of this run. Without an
-# explicit backoff: full jitter below min(cap, base * 2^(attempts-1)), as on PostgreSQL.
+# fail: RUNNING -> PENDING (retry at now + backoff), DEAD, or CANCELLED (a Discard or a cancel asked),
+# only by the owner of this run. Without an explicit backoff: full jitter below
+# min(cap, base * 2^(attempts-1)), as on PostgreSQL.
 FAIL = f"""
 UPDATE jobq_job
-SET status = CASE WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
+SET status = CASE WHEN {_ENDS_CANCELLED} THEN {CANCELLED} WHEN {_GIVE_UP} THEN {DEAD} ELSE {PENDING} END,
+    key_released = key_released OR {_ENDS_CANCELLED},
     run_at = CASE WHEN {_GIVE_UP} THEN run_at ELSE {plus(NOW, f"COALESCE(%(backoff)s, {_RANDOM} * min(%(cap)s, %(base)s * (1 << min(max(attempts - 1, 0), 62))))")} END,
     finished_at = CASE WHEN {_GIVE_UP} THEN {NOW} END,
     worker_id = CASE WHEN {_GIVE_UP} THEN worker_id END,
@@ -117,29 +131,49 @@ RETURNING id
 """
 
 # heartbeat: renew every lease the worker holds (never shortening one), then report the held
-# (id, fence) pairs that are no longer this run's (lost); both steps in one write transaction.
+# (id, fence) pairs that are no longer this run's (lost: asked 0) and those still its own that a
+# cancel was asked of (asked 1); both steps in one write transaction.
 HEARTBEAT = Script((
     f"""UPDATE jobq_job SET lease_until = max(lease_until, {plus(NOW, "%(lease)s")})
 FROM {_HELD} AS h
 WHERE jobq_job.id = h.id AND jobq_job.fence = h.fence AND jobq_job.status = {RUNNING}
   AND jobq_job.worker_id = %(worker_id)s""",
-    f"""SELECT h.id, h.fence FROM {_HELD} AS h WHERE NOT EXISTS (
+    f"""SELECT h.id, h.fence, 0 AS asked FROM {_HELD} AS h WHERE NOT EXISTS (
     SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND j.status = {RUNNING}
-      AND j.worker_id = %(worker_id)s AND j.fence = h.fence)""",
+      AND j.worker_id = %(worker_id)s AND j.fence = h.fence)
+UNION ALL
+SELECT j.id, j.fence, 1 FROM jobq_job AS j JOIN {_HELD} AS h ON j.id = h.id AND j.fence = h.fence
+WHERE j.status = {RUNNING} AND j.worker_id = %(worker_id)s AND j.{_ASKED}""",
 ))  # fmt: skip
+
+# snooze_run: as on PostgreSQL: back to PENDING after %(delay)s seconds, no attempt used, one more
+# snooze counted; CANCELLED instead when a cancel was asked.
+SNOOZE_RUN = f"""
+UPDATE jobq_job
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
+    finished_at = CASE WHEN {_ASKED} THEN {NOW} END,
+    worker_id = CASE WHEN {_ASKED} THEN worker_id END,
+    key_released = key_released OR {_ASKED},
+    attempts = attempts - 1, snoozes = snoozes + 1, lease_until = NULL, started_at = NULL,
+    run_at = {plus(NOW, "%(delay)s")}
+WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s
+RETURNING status, NULL
+"""
 
 # release: a stopping worker gives back every job it still holds; the first %(free)s releases of a job
 # do not use up an attempt, later ones do, and a job out of attempts goes DEAD (as on PostgreSQL).
 _RELEASE_DEAD = "(releases >= %(free)s AND attempts >= max_attempts)"
+_RELEASE_ENDS = f"({_RELEASE_DEAD} OR {_ASKED})"
 RELEASE = f"""
 UPDATE jobq_job
-SET status = CASE WHEN {_RELEASE_DEAD} THEN {DEAD} ELSE {PENDING} END,
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} WHEN {_RELEASE_DEAD} THEN {DEAD} ELSE {PENDING} END,
     attempts = CASE WHEN releases < %(free)s THEN attempts - 1 ELSE attempts END,
     releases = releases + 1,
-    worker_id = CASE WHEN {_RELEASE_DEAD} THEN worker_id END,
-    finished_at = CASE WHEN {_RELEASE_DEAD} THEN {NOW} END,
-    last_error = CASE WHEN {_RELEASE_DEAD}
-        THEN 'released by a stopping worker with no attempts left' ELSE last_error END,
+    worker_id = CASE WHEN {_RELEASE_ENDS} THEN worker_id END,
+    finished_at = CASE WHEN {_RELEASE_ENDS} THEN {NOW} END,
+    key_released = key_released OR {_ASKED},
+    last_error = CASE WHEN {_ASKED} THEN 'cancelled by ' || coalesce(cancelled_by, '?')
+        WHEN {_RELEASE_DEAD} THEN 'released by a stopping worker with no attempts left' ELSE last_error END,
     lease_until = NULL, run_at = {NOW},
     errors = {_error("'released: worker shut down'")}
 WHERE {_OWNED}
@@ -151,9 +185,10 @@ RETURNING id, NULL
 # The queue and status tell the manager which queues to wake (this process's workers, on commit).
 REAP = f"""
 UPDATE jobq_job
-SET status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
-    finished_at = CASE WHEN attempts >= max_attempts THEN {NOW} END,
-    worker_id = CASE WHEN attempts >= max_attempts THEN worker_id END,
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
+    finished_at = CASE WHEN attempts >= max_attempts OR {_ASKED} THEN {NOW} END,
+    worker_id = CASE WHEN attempts >= max_attempts OR {_ASKED} THEN worker_id END,
+    key_released = key_released OR {_ASKED},
     run_at = {NOW}, lease_until = NULL, error_count = error_count + 1,
     last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
     errors = {_error("'lease expired: worker stopped renewing it'")}
@@ -162,13 +197,14 @@ RETURNING id, NULL, queue, status
 """
 
 # requeue_free_keys / requeue: as on PostgreSQL (run in one transaction by the manager): release the
-# finished holders of the chosen DEAD jobs' keys whose window is over, then DEAD -> PENDING with a
+# finished holders of the chosen DEAD (or CANCELLED) jobs' keys whose window is over, then -> PENDING with a
 # fresh budget; of several chosen jobs sharing a key only one (the holder, else the newest).
 REQUEUE_FREE_KEYS = f"""
 UPDATE jobq_job SET key_released = 1
 WHERE dedupe_key IN (
         SELECT dedupe_key FROM jobq_job
-        WHERE id IN {each("ids")} AND status = {DEAD} AND dedupe_key IS NOT NULL AND key_released)
+        WHERE id IN {each("ids")} AND status IN ({DEAD}, {CANCELLED}) AND dedupe_key IS NOT NULL
+          AND key_released)
   AND NOT key_released AND {window_over("jobq_job")}
 """
 REQUEUE = f"""
@@ -178,7 +214,7 @@ WITH chosen AS (
             PARTITION BY j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END
             ORDER BY j.key_released, j.id DESC) AS n
         FROM jobq_job AS j
-        WHERE j.id IN {each("ids")} AND j.status = {DEAD}
+        WHERE j.id IN {each("ids")} AND j.status IN ({DEAD}, {CANCELLED})
           AND (j.dedupe_key IS NULL OR NOT j.key_released OR NOT EXISTS (
                 SELECT 1 FROM jobq_job AS a WHERE a.dedupe_key = j.dedupe_key AND NOT a.key_released))
     ) WHERE n = 1
@@ -186,17 +222,17 @@ WITH chosen AS (
 UPDATE jobq_job
 SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s, {NOW}),
     priority = COALESCE(%(priority)s, priority), worker_id = NULL, lease_until = NULL,
-    started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = 0
-WHERE id IN (SELECT id FROM chosen) AND status = {DEAD}
+    started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = 0,
+    cancel_requested_at = NULL, cancelled_by = NULL
+WHERE id IN (SELECT id FROM chosen) AND status IN ({DEAD}, {CANCELLED})
 RETURNING id, queue, run_at <= {NOW} AS due
 """
 
 _COUNT = "SELECT {s}, count(*) FROM jobq_job WHERE status = {s}{where}"
 # counts / counts_queue: jobs per status, exact, one partial-index range each. Read-only.
-COUNTS = "\nUNION ALL ".join(_COUNT.format(s=s, where="") for s in (PENDING, RUNNING, DONE, DEAD))
-COUNTS_QUEUE = "\nUNION ALL ".join(
-    _COUNT.format(s=s, where=" AND queue = %(queue)s") for s in (PENDING, RUNNING, DONE, DEAD)
-)
+_STATUSES = (PENDING, RUNNING, DONE, DEAD, CANCELLED)
+COUNTS = "\nUNION ALL ".join(_COUNT.format(s=s, where="") for s in _STATUSES)
+COUNTS_QUEUE = "\nUNION ALL ".join(_COUNT.format(s=s, where=" AND queue = %(queue)s") for s in _STATUSES)
 
 # prune: delete up to %(batch)s finished jobs of one terminal status older than the retention, except a
 # job still holding its dedupe key inside its window. The repeated status guard keeps active jobs.
@@ -204,11 +240,11 @@ PRUNE = f"""
 DELETE FROM jobq_job
 WHERE id IN (
     SELECT id FROM jobq_job
-    WHERE status = %(status)s AND status IN ({DONE}, {DEAD})
+    WHERE status = %(status)s AND status IN ({DONE}, {DEAD}, {CANCELLED})
       AND finished_at < {plus(NOW, "-%(age)s")}
       AND (dedupe_key IS NULL OR key_released OR {window_over("jobq_job")})
     ORDER BY finished_at LIMIT %(batch)s
-) AND status IN ({DONE}, {DEAD})
+) AND status IN ({DONE}, {DEAD}, {CANCELLED})
 """
 
 SET_PROGRESS = f"""

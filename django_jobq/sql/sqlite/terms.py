@@ -7,9 +7,21 @@ through julianday() and keeps millisecond resolution. Durations are integer micr
 DurationField on SQLite). A list parameter travels as a JSON array and is read with json_each().
 """
 
-from ...status import DEAD, DONE, PENDING, RUNNING  # the codes, from status.JobStatus
+from ...status import CANCELLED, DEAD, DONE, PENDING, RUNNING  # the codes, from status.JobStatus
 
-__all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "each", "micros", "plus", "ts", "window_over"]
+__all__ = [
+    "CANCELLED",
+    "DEAD",
+    "DONE",
+    "NOW",
+    "PENDING",
+    "RUNNING",
+    "each",
+    "micros",
+    "plus",
+    "ts",
+    "window_over",
+]
 
 _FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f000'"  # %f is SS.SSS; three zeros make the six digits Django writes
 

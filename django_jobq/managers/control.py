@@ -1,0 +1,79 @@
+"""Job control: cancelling jobs, one (cancel) or by a filter (cancel_many)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import validation
+from ..exceptions import InvalidJob
+from ..status import FINISHED, CancelCounts, CancelOutcome, JobStatus
+from .base import BaseJobManager, retrying_conflicts
+
+MAX_JOB_ID = (1 << 63) - 1
+CANCEL_BATCH = 1000  # jobs locked and cancelled per statement by cancel_many
+MAX_CANCEL_IDS = 100_000  # ids one cancel_many(ids=...) call may name
+
+
+def _by(value: Any) -> str:
+    return validation.string(value, "cancelled by", validation.MAX_NAME_LENGTH)
+
+
+class ControlManager(BaseJobManager):
+    def cancel(self, job_id: int, *, by: str = "api") -> CancelOutcome:
+        """Cancel one job: a PENDING job ends CANCELLED at once (one guarded statement; its dedupe key
+        is freed); a RUNNING job is asked to stop (its ``context.cancelled`` is set within a heartbeat,
+        and its run ends CANCELLED whatever it returns); a finished job is left alone. ``by`` says who
+        asked (kept in ``cancelled_by``)."""
+        job_id = validation.integer(job_id, "job id", 1, MAX_JOB_ID)
+        by = _by(by)
+        while True:
+            rows = self._cancel([job_id], by, None, None)
+            if rows:
+                ended = rows[0][1] == JobStatus.CANCELLED
+                return CancelOutcome.CANCELLED if ended else CancelOutcome.CANCEL_REQUESTED
+            found = self.filter(pk=job_id).values_list("status", flat=True).first()
+            if found is None:
+                return CancelOutcome.NOT_FOUND
+            if found in FINISHED:
+                return CancelOutcome.ALREADY_FINISHED
+            # requeued between the two reads: PENDING again, so cancel it
+
+    def cancel_many(
+        self,
+        *,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        by: str = "api",
+    ) -> CancelCounts:
+        """Cancel every PENDING or RUNNING job that ``ids``, ``queue`` and ``task`` all name (at least
+        one of them), as cancel() does each one, in batches of CANCEL_BATCH (each its own statement,
+        in the caller's transaction if there is one). Jobs enqueued after the call began are left."""
+        by = _by(by)
+        if ids is None and queue is None and task is None:
+            raise InvalidJob("cancel_many() needs ids, a queue or a task (it never cancels every job)")
+        queue = None if queue is None else validation.queue(queue)
+        task = None if task is None else validation.name(task, "task")
+        if ids is not None:
+            if isinstance(ids, str | bytes) or not isinstance(ids, Sequence) or len(ids) > MAX_CANCEL_IDS:
+                raise InvalidJob(f"ids must be a sequence of at most {MAX_CANCEL_IDS} job ids")
+            wanted = sorted({validation.integer(i, "job id", 1, MAX_JOB_ID) for i in ids})
+        until = self._execute(self._sql().NEWEST_ID, {})[0][0]
+        cancelled = requested = after = 0
+        while True:
+            if ids is not None:
+                batch = [i for i in wanted if i > after][:CANCEL_BATCH]
+            else:
+                params = {"after": after, "until": until, "queue": queue, "task": task, "limit": CANCEL_BATCH}
+                batch = [row[0] for row in self._execute(self._sql().CANCEL_SELECT, params)]
+            if not batch:
+                return CancelCounts(cancelled, requested)
+            rows = self._cancel(batch, by, queue, task)
+            cancelled += sum(1 for row in rows if row[1] == JobStatus.CANCELLED)
+            requested += sum(1 for row in rows if row[1] == JobStatus.RUNNING)
+            after = batch[-1]
+
+    def _cancel(self, ids: list[int], by: str, queue: str | None, task: str | None) -> list[tuple[Any, ...]]:
+        params = {"ids": ids, "by": by, "queue": queue, "task": task}
+        return retrying_conflicts(self.connection.alias, lambda: self._execute(self._sql().CANCEL, params))

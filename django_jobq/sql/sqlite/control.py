@@ -1,0 +1,27 @@
+"""SQLite: job control, under the names of sql/postgres/control.py. One writer at a time: the
+CANCEL statement sees no concurrent write, so its guards hold without row locks."""
+
+from .terms import CANCELLED, NOW, PENDING, RUNNING, each
+
+CANCEL = f"""
+UPDATE jobq_job
+SET status = CASE WHEN status = {PENDING} THEN {CANCELLED} ELSE status END,
+    finished_at = CASE WHEN status = {PENDING} THEN {NOW} ELSE finished_at END,
+    key_released = key_released OR status = {PENDING},
+    last_error = CASE WHEN status = {PENDING} THEN 'cancelled by ' || %(by)s ELSE last_error END,
+    cancel_requested_at = COALESCE(cancel_requested_at, {NOW}),
+    cancelled_by = COALESCE(cancelled_by, %(by)s)
+WHERE id IN {each("ids")} AND status IN ({PENDING}, {RUNNING})
+  AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s)
+RETURNING id, status, NULL
+"""
+
+CANCEL_SELECT = f"""
+SELECT id FROM jobq_job
+WHERE status IN ({PENDING}, {RUNNING}) AND id > %(after)s AND id <= %(until)s
+  AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s)
+ORDER BY id
+LIMIT %(limit)s
+"""
+
+NEWEST_ID = "SELECT COALESCE(max(id), 0) FROM jobq_job"
