@@ -13,36 +13,52 @@ from .outcomes import Cancelled
 
 class CancelSignal:
     """Set once when a cancel is asked of a running job (the worker's heartbeat learns of it); calls
-    the hooks registered meanwhile (an ``async def`` task's cancellation), each at most once."""
+    the hooks registered meanwhile (an ``async def`` task's cancellation), each at most once. Cheap
+    to make (one per run): its Event exists only once asked for (a task's context) or set."""
+
+    _guard = threading.Lock()  # shared: setting a signal and registering a hook are rare
+
+    __slots__ = ("_event", "_hooks", "_set")
 
     def __init__(self) -> None:
-        self.event = threading.Event()
-        self._lock = threading.Lock()
+        self._set = False
+        self._event: threading.Event | None = None
         self._hooks: list[Callable[[], object]] = []
 
+    @property
+    def event(self) -> threading.Event:
+        with self._guard:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._set:
+                    self._event.set()
+            return self._event
+
     def is_set(self) -> bool:
-        return self.event.is_set()
+        return self._set
 
     def set(self) -> None:
-        with self._lock:
-            if self.event.is_set():
+        with self._guard:
+            if self._set:
                 return
-            self.event.set()
+            self._set = True
+            if self._event is not None:
+                self._event.set()
             hooks, self._hooks = self._hooks, []
         for hook in hooks:
             hook()
 
     def on_set(self, hook: Callable[[], object]) -> Callable[[], None]:
         """Call ``hook`` when the signal is set (at once if it is); returns what unregisters it."""
-        with self._lock:
-            if not self.event.is_set():
+        with self._guard:
+            if not self._set:
                 self._hooks.append(hook)
                 return lambda: self._discard(hook)
         hook()
         return lambda: None
 
     def _discard(self, hook: Callable[[], object]) -> None:
-        with self._lock:
+        with self._guard:
             if hook in self._hooks:
                 self._hooks.remove(hook)
 
