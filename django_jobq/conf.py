@@ -175,6 +175,7 @@ class JobqSettings:
     permanent_exceptions: tuple[str, ...] = ()  # dotted paths of exceptions that go DEAD at once
     discard_on: tuple[str, ...] = ()  # dotted paths of exceptions that end a job CANCELLED at once
     max_snoozes: int = 100  # times one job may raise Snooze; the next Snooze is an ordinary failure
+    middleware: tuple[str, ...] = ()  # dotted paths of mw(job, context, call_next), outermost first
     done_retention_seconds: float = 7 * DAY  # DONE jobs older than this are pruned by the reaper
     dead_retention_seconds: float = 30 * DAY  # DEAD jobs older than this are pruned by the reaper
     cancelled_retention_seconds: float = 7 * DAY  # CANCELLED jobs older than this are pruned
@@ -311,7 +312,7 @@ class JobqSettings:
         if unknown:
             raise ConfigurationError(f"Unknown JOBQ setting(s): {', '.join(unknown)}")
         values = {known[key]: value for key, value in raw.items()}
-        for name in ("permanent_exceptions", "discard_on"):
+        for name in ("permanent_exceptions", "discard_on", "middleware"):
             if name in values:
                 if isinstance(values[name], str) or not isinstance(values[name], list | tuple):
                     raise ConfigurationError(f'JOBQ["{name.upper()}"] must be a list of dotted paths')

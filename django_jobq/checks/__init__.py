@@ -46,6 +46,25 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     errors += _listen_database(conf)
     errors += _schedule_tasks(conf.schedules.values())
     errors += _exception_paths(conf)
+    errors += _middleware_paths(conf)
+    return errors
+
+
+def _middleware_paths(conf: JobqSettings) -> list[CheckMessage]:
+    """jobq.E012 for an entry of JOBQ["MIDDLEWARE"] that does not import as a callable (every run
+    would fail on it)."""
+    errors: list[CheckMessage] = []
+    for path in conf.middleware:
+        try:
+            found = import_string(path) if isinstance(path, str) else None
+        except Exception as exc:  # ImportError, or whatever the module raises as it loads
+            found, reason = None, str(exc)
+        else:
+            reason = "not callable"
+        if not callable(found):
+            message = f'JOBQ["MIDDLEWARE"]: {path!r:.200} does not name a callable ({reason:.200})'
+            hint = "Give dotted paths of functions taking (job, context, call_next)."
+            errors.append(Error(message, hint=hint, id="jobq.E012"))
     return errors
 
 

@@ -72,6 +72,9 @@ class JobManager(
     async def acancel_many(self, *args: Any, **kwargs: Any) -> CancelCounts:
         return await sync_to_async(self.cancel_many)(*args, **kwargs)
 
+    async def areschedule(self, *args: Any, **kwargs: Any) -> bool:
+        return await sync_to_async(self.reschedule)(*args, **kwargs)
+
     async def acounts(self, queue: str | None = None) -> dict[str, int]:
         return await sync_to_async(self.counts)(queue)
 

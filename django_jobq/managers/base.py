@@ -86,6 +86,13 @@ class BaseJobManager(models.Manager["Job"]):
         result = self._run(sql, params)
         return self._build(result.names, result.rows)
 
+    @staticmethod
+    def _notify_params(params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters of a statement that may wake workers (sql/postgres/terms.py, wake)."""
+        conf = jobq_settings()
+        params["notify"], params["channel"] = conf.notify, conf.notify_channel
+        return params
+
     def _wake(self, payloads: Sequence[str]) -> None:
         """Wake this process's workers on commit where the engine has no NOTIFY (JOBQ["NOTIFY"])."""
         if jobq_settings().notify:

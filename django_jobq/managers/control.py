@@ -1,7 +1,8 @@
-"""Job control: cancelling jobs, one (cancel) or by a filter (cancel_many)."""
+"""Job control: cancelling jobs, one (cancel) or by a filter (cancel_many); rescheduling a queued one."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,3 +78,20 @@ class ControlManager(BaseJobManager):
     def _cancel(self, ids: list[int], by: str, queue: str | None, task: str | None) -> list[tuple[Any, ...]]:
         params = {"ids": ids, "by": by, "queue": queue, "task": task}
         return retrying_conflicts(self.connection.alias, lambda: self._execute(self._sql().CANCEL, params))
+
+    def reschedule(
+        self, job_id: int, *, run_at: dt.datetime | None = None, priority: int | None = None
+    ) -> bool:
+        """Move a PENDING job to ``run_at`` (aware) and/or give it ``priority``, in one guarded statement;
+        False when the job is not PENDING (claimed meanwhile, finished) or does not exist."""
+        job_id = validation.integer(job_id, "job id", 1, MAX_JOB_ID)
+        if run_at is None and priority is None:
+            raise InvalidJob("reschedule() needs run_at or priority")
+        params = self._notify_params({
+            "id": job_id,
+            "run_at": None if run_at is None else validation.aware(run_at, "run_at"),
+            "priority": None if priority is None else validation.priority(priority),
+        })  # fmt: skip
+        rows = self._execute(self._sql().RESCHEDULE, params)
+        self._wake([row[1] for row in rows if row[2]])
+        return bool(rows)

@@ -25,13 +25,6 @@ class MaintenanceManager(BaseJobManager):
         self._wake(sorted({row[2] for row in rows if row[3] == JobStatus.PENDING}))
         return [row[0] for row in rows]
 
-    @staticmethod
-    def _notify_params(params: dict[str, Any]) -> dict[str, Any]:
-        """The parameters of a statement that may wake workers (postgres_terms.wake)."""
-        conf = jobq_settings()
-        params["notify"], params["channel"] = conf.notify, conf.notify_channel
-        return params
-
     def requeue(self, job_id: int, *, run_at: dt.datetime | None = None, priority: int | None = None) -> bool:
         """DEAD or CANCELLED -> PENDING with a fresh attempt budget (error history kept); False if
         neither, or its dedupe key is held by another job (active, or finished inside its window)."""

@@ -4,6 +4,7 @@ in the slot. Whatever the job does, the slot gets an Outcome back, never an exce
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -26,6 +27,7 @@ from ..outcomes import Cancelled, Discard, Snooze
 from ..ratelimit import TokenBucket
 from ..registry import resolve_task
 from ..tasks import Task
+from . import middleware
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -292,22 +294,19 @@ class SlotRunner:
         self, task: Task[Any, Any], job: Job, fence: int, attempt: int, timeout: float | None,
         cancel: CancelSignal,
     ) -> Any:  # fmt: skip
-        args: tuple[Any, ...] = ()
-        if task.takes_context:
-            args = (
-                JobContext(
-                    job_id=job.id, task=job.task, attempt=attempt, max_attempts=job.max_attempts,
-                    worker_id=self.worker_id, fence=fence, side_write=self.side_write,
-                    dedupe_key=job.dedupe_key, job=job, cancelled=cancel.event,
-                ),
-            )  # fmt: skip
+        chain = middleware.layers()
+        context = self._context(job, fence, attempt, cancel) if task.takes_context or chain else None
+        args: tuple[Any, ...] = (context,) if task.takes_context else ()
         task.check_call(job.payload, *args)
         if not task.is_async:
-            return task.func(*args, **job.payload)
+            call = functools.partial(task.func, *args, **job.payload)
+            return middleware.run_sync(chain, job, context, call) if chain else call()
         if self._loop is None:
             self._loop = asyncio.Runner()
+        coroutine = functools.partial(task.func, *args, **job.payload)
+        main = middleware.run_async(chain, job, context, coroutine) if chain else coroutine()
         try:
-            return self._loop.run(_cancellable(task.func(*args, **job.payload), timeout, cancel))
+            return self._loop.run(_cancellable(main, timeout, cancel))
         except TimeoutError:
             if timeout is None:
                 raise
@@ -316,6 +315,13 @@ class SlotRunner:
             if cancel.is_set():
                 raise Cancelled(f"job {job.id} was cancelled") from None
             raise
+
+    def _context(self, job: Job, fence: int, attempt: int, cancel: CancelSignal) -> JobContext:
+        return JobContext(
+            job_id=job.id, task=job.task, attempt=attempt, max_attempts=job.max_attempts,
+            worker_id=self.worker_id, fence=fence, side_write=self.side_write, dedupe_key=job.dedupe_key,
+            job=job, cancelled=cancel.event,
+        )  # fmt: skip
 
 
 async def _cancellable(coro: Any, timeout: float | None, cancel: CancelSignal) -> Any:

@@ -124,6 +124,20 @@ def test_an_asked_job_given_back_by_a_stopping_worker_ends_cancelled():
 
 
 @pytest.mark.p0
+def test_an_asked_job_given_back_unstarted_or_as_an_orphan_ends_cancelled_never_claimed_again():
+    ahead, orphan = Job.objects.enqueue("test.noop"), Job.objects.enqueue("test.noop")
+    runs = {job.id: job.fence for job in Job.objects.claim_batch("w1", 2)}
+    Job.objects.cancel(ahead, by="ops")
+    Job.objects.cancel(orphan, by="ops")
+    assert Job.objects.release_unstarted("w1", [(ahead, runs[ahead])]) == [ahead]
+    assert Job.objects.release_orphans("w1", "default", known=[]) == [orphan]
+    for job_id in (ahead, orphan):
+        job = row(job_id)
+        assert (job.status, job.last_error, job.attempts) == (JobStatus.CANCELLED, "cancelled by ops", 0)
+    assert Job.objects.claim("w2") is None
+
+
+@pytest.mark.p0
 def test_an_outcome_written_before_the_cancel_stands():
     job_id = Job.objects.enqueue("test.noop")
     claimed = Job.objects.claim("w1")
@@ -226,3 +240,40 @@ def test_async_twins():
 
     outcome, counts = asyncio.run(scenario())
     assert outcome is CancelOutcome.CANCELLED and (counts.cancelled, counts.requested) == (0, 0)
+
+
+@pytest.mark.p0
+def test_reschedule_moves_a_pending_job_only():
+    job_id = Job.objects.enqueue("test.noop", priority=50)
+    later = dt.datetime(2030, 1, 2, 3, 4, tzinfo=dt.UTC)
+    assert Job.objects.reschedule(job_id, run_at=later) is True
+    assert (row(job_id).run_at, row(job_id).priority) == (later, 50)
+    assert Job.objects.reschedule(job_id, priority=-5) is True
+    assert (row(job_id).run_at, row(job_id).priority) == (later, -5)
+    assert Job.objects.claim("w1") is None  # not due before 2030
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+    assert Job.objects.reschedule(job_id, run_at=now) is True
+    claimed = Job.objects.claim("w1")
+    assert claimed.id == job_id
+    assert Job.objects.reschedule(job_id, priority=1) is False  # RUNNING: left alone
+    assert row(job_id).priority == -5
+    assert Job.objects.reschedule(10**12, priority=1) is False
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda job_id: Job.objects.reschedule(job_id),  # neither run_at nor priority
+        lambda job_id: Job.objects.reschedule(job_id, run_at=dt.datetime(2030, 1, 1)),  # naive
+        lambda job_id: Job.objects.reschedule(job_id, run_at="2030-01-01T00:00:00Z"),
+        lambda job_id: Job.objects.reschedule(job_id, priority=40_000),
+        lambda job_id: Job.objects.reschedule(job_id, priority=True),
+        lambda job_id: Job.objects.reschedule(0, priority=1),
+    ],
+)
+def test_bad_reschedule_arguments_are_refused_before_anything_is_written(call):
+    job_id = Job.objects.enqueue("test.noop", priority=50)
+    before = row(job_id).run_at
+    with pytest.raises(InvalidJob):
+        call(job_id)
+    assert (row(job_id).run_at, row(job_id).priority) == (before, 50)

@@ -161,8 +161,8 @@ def test_jobq_discard_on_applies_to_every_task(fast, settings, worker_thread):
 def test_a_thousand_cancels_race_a_draining_queue_and_each_job_ends_once():
     """Two jobq_worker processes drain 1,000 short jobs while four threads cancel every one of them,
     in random order. Each job ends in exactly one terminal state, as its cancel's answer says: a job
-    cancelled while PENDING never ran, one asked while RUNNING ended CANCELLED, one already finished
-    stayed DONE."""
+    cancelled while PENDING never ran, one asked while RUNNING ended CANCELLED (after its one run, or
+    without ever starting when it was claimed ahead), one already finished stayed DONE."""
     ids = Job.objects.enqueue_many(NewJob("test.record", {"pause": 0.002}) for _ in range(1000))
     workers = [
         start_worker("--concurrency", "4", "--worker-id", f"drain-{n}", env=FAST_ENV) for n in range(2)
@@ -200,8 +200,10 @@ def test_a_thousand_cancels_race_a_draining_queue_and_each_job_ends_once():
     for job_id, outcome in outcomes.items():
         if outcome is CancelOutcome.CANCELLED:
             assert status[job_id] == JobStatus.CANCELLED and runs[job_id] == 0, job_id
-        elif outcome is CancelOutcome.CANCEL_REQUESTED:
-            assert status[job_id] == JobStatus.CANCELLED and runs[job_id] == 1, job_id
+        elif (
+            outcome is CancelOutcome.CANCEL_REQUESTED
+        ):  # RUNNING: started, or claimed ahead and never started
+            assert status[job_id] == JobStatus.CANCELLED and runs[job_id] <= 1, job_id
         else:
             assert outcome is CancelOutcome.ALREADY_FINISHED
             assert status[job_id] == JobStatus.DONE and runs[job_id] == 1, job_id

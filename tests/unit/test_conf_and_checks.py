@@ -68,8 +68,17 @@ def test_an_exception_path_that_names_no_exception_class_is_a_check_error(settin
 
 
 @pytest.mark.parametrize(
+    "path", ["no.such.module.mw", "tests.testapp.middleware.missing", "tests.testapp.middleware.NOT_CALLABLE"]
+)
+def test_a_middleware_path_that_names_no_callable_is_a_check_error(settings, path):
+    assert _ids(settings, {"MIDDLEWARE": ["tests.testapp.middleware.outer", path]}) == ["jobq.E012"]
+    assert _ids(settings, {"MIDDLEWARE": ["tests.testapp.middleware.outer"]}) == []
+
+
+@pytest.mark.parametrize(
     ("jobq", "message"),
     [
+        ({"MIDDLEWARE": "tests.testapp.middleware.outer"}, "list of dotted paths"),
         ({"DISCARD_ON": "django.core.exceptions.ObjectDoesNotExist"}, "list of dotted paths"),
         ({"MAX_SNOOZES": -1}, "MAX_SNOOZES"),
         ({"MAX_SNOOZES": True}, "MAX_SNOOZES"),

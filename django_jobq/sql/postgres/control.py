@@ -1,7 +1,7 @@
-"""PostgreSQL: job control asked by an operator or the application: cancelling jobs."""
+"""PostgreSQL: job control asked by an operator or the application: cancelling and rescheduling jobs."""
 
 from .jobs import _wake_waiters
-from .terms import CANCELLED, NOW, PENDING, RUNNING
+from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
 
 # cancel: for each job of %(ids)s (of queue %(queue)s and task %(task)s where not NULL), a PENDING one ends CANCELLED at once (never claimed: a claim takes
 # PENDING rows only, and this UPDATE and a claim lock the same row, so exactly one of them wins), its
@@ -45,3 +45,13 @@ LIMIT %(limit)s
 
 # newest_id: the highest job id so far (0 for an empty table). Read-only.
 NEWEST_ID = "SELECT COALESCE(max(id), 0) FROM jobq_job"
+
+# reschedule: a PENDING job's run_at and/or priority (NULL: kept), in one guarded statement: a job a
+# claim took first is RUNNING and left alone (the claim and this UPDATE lock the same row). A job due
+# now notifies its queue as an enqueue does (wake), so an idle worker takes it at once.
+RESCHEDULE = f"""
+UPDATE jobq_job
+SET run_at = COALESCE(%(run_at)s::timestamptz, run_at), priority = COALESCE(%(priority)s, priority)
+WHERE id = %(id)s AND status = {PENDING}
+RETURNING id, queue, run_at <= {NOW} AS due, CASE WHEN run_at <= {NOW} THEN {wake("queue")} END
+"""

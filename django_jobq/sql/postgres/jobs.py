@@ -343,7 +343,11 @@ RETURNING attempts, fence
 # disjoint sets of queues), so nothing races it. RELEASE_ORPHANS_REST is the same for the "*" lane.
 _RELEASE_ORPHANS = f"""
 UPDATE jobq_job
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW}, attempts = attempts - 1
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
+    worker_id = CASE WHEN {_ASKED} THEN worker_id END, finished_at = CASE WHEN {_ASKED} THEN {NOW} END,
+    key_released = key_released OR {_ASKED},
+    last_error = CASE WHEN {_ASKED} THEN 'cancelled by ' || coalesce(cancelled_by, '?') ELSE last_error END,
+    lease_until = NULL, run_at = {NOW}, attempts = attempts - 1
 WHERE status = {RUNNING} AND worker_id = %(worker_id)s AND {{queues}}
   AND id <> ALL(%(known)s::bigint[])
 RETURNING id

@@ -6,18 +6,25 @@ from .pick import _REST
 from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
 
 _J_OWNED = f"j.status = {RUNNING} AND j.worker_id = %(worker_id)s"
+_J_ASKED = "j.cancel_requested_at IS NOT NULL"  # a cancel was asked: the job ends CANCELLED (jobs.py)
 
 # release_unstarted: jobs a worker claimed ahead and never started (it is stopping, they wait behind
 # long runs, or their lease may have run out) go back to PENDING at once, keeping their run_at (their
 # place in the queue). Nothing ran, so the attempt the claim counted is returned and no release is
 # counted. Fenced like every transition: only runs this worker still owns. Idle workers are woken as
 # by an enqueue (wake), so another worker takes them now rather than at its next poll.
+# A job a cancel was asked of meanwhile ends CANCELLED instead, never claimed again.
 RELEASE_UNSTARTED = f"""
 UPDATE jobq_job AS j
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = j.attempts - 1
+SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
+    worker_id = CASE WHEN {_J_ASKED} THEN j.worker_id END,
+    finished_at = CASE WHEN {_J_ASKED} THEN {NOW} END,
+    key_released = j.key_released OR {_J_ASKED},
+    last_error = CASE WHEN {_J_ASKED} THEN 'cancelled by ' || coalesce(j.cancelled_by, '?') ELSE j.last_error END,
+    lease_until = NULL, started_at = NULL, attempts = j.attempts - 1
 FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
-RETURNING j.id, j.queue, {wake("j.queue")}
+RETURNING j.id, j.queue, CASE WHEN j.status = {PENDING} THEN {wake("j.queue")} END
 """
 
 # due_exists: is a PENDING job due in one queue (or in every queue but %(exclude)s)? Asked by a slot
@@ -34,10 +41,10 @@ DUE_EXISTS_REST = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
 # was asked of ends CANCELLED instead (sql/postgres/jobs.py, _ASKED).
 SNOOZE = f"""
 UPDATE jobq_job AS j
-SET status = CASE WHEN j.cancel_requested_at IS NULL THEN {PENDING} ELSE {CANCELLED} END,
-    finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {NOW} END,
-    key_released = j.key_released OR j.cancel_requested_at IS NOT NULL,
-    worker_id = CASE WHEN j.cancel_requested_at IS NOT NULL THEN j.worker_id END,
+SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
+    finished_at = CASE WHEN {_J_ASKED} THEN {NOW} END,
+    key_released = j.key_released OR {_J_ASKED},
+    worker_id = CASE WHEN {_J_ASKED} THEN j.worker_id END,
     lease_until = NULL, started_at = NULL, attempts = j.attempts - 1,
     run_at = {NOW} + make_interval(secs => d.delay)
 FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(delays)s::float8[]) AS d(id, fence, delay)

@@ -25,3 +25,9 @@ LIMIT %(limit)s
 """
 
 NEWEST_ID = "SELECT COALESCE(max(id), 0) FROM jobq_job"
+
+RESCHEDULE = f"""
+UPDATE jobq_job SET run_at = COALESCE(%(run_at)s, run_at), priority = COALESCE(%(priority)s, priority)
+WHERE id = %(id)s AND status = {PENDING}
+RETURNING id, queue, run_at <= {NOW} AS due
+"""

@@ -266,7 +266,11 @@ RETURNING attempts, fence
 # reply) go back, their attempt returned.
 _RELEASE_ORPHANS = f"""
 UPDATE jobq_job
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, run_at = {NOW}, attempts = attempts - 1
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
+    worker_id = CASE WHEN {_ASKED} THEN worker_id END, finished_at = CASE WHEN {_ASKED} THEN {NOW} END,
+    key_released = key_released OR {_ASKED},
+    last_error = CASE WHEN {_ASKED} THEN 'cancelled by ' || coalesce(cancelled_by, '?') ELSE last_error END,
+    lease_until = NULL, run_at = {NOW}, attempts = attempts - 1
 WHERE {_OWNED} AND {{queues}} AND id NOT IN {each("known")}
 RETURNING id
 """
@@ -274,10 +278,15 @@ RELEASE_ORPHANS = _RELEASE_ORPHANS.format(queues="queue = %(queue)s")
 RELEASE_ORPHANS_REST = _RELEASE_ORPHANS.format(queues=f"queue NOT IN {each('exclude')}")
 
 # release_unstarted: runs a worker claimed ahead and never started go back to PENDING, in their place
-# (run_at kept), the claim's attempt returned and no release counted; fenced per run.
+# (run_at kept), the claim's attempt returned and no release counted; fenced per run. CANCELLED
+# instead when a cancel was asked meanwhile.
 RELEASE_UNSTARTED = f"""
 UPDATE jobq_job
-SET status = {PENDING}, worker_id = NULL, lease_until = NULL, started_at = NULL, attempts = attempts - 1
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
+    worker_id = CASE WHEN {_ASKED} THEN worker_id END, finished_at = CASE WHEN {_ASKED} THEN {NOW} END,
+    key_released = key_released OR {_ASKED},
+    last_error = CASE WHEN {_ASKED} THEN 'cancelled by ' || coalesce(cancelled_by, '?') ELSE last_error END,
+    lease_until = NULL, started_at = NULL, attempts = attempts - 1
 FROM {_HELD} AS h
 WHERE jobq_job.id = h.id AND jobq_job.fence = h.fence AND {_OWNED}
 RETURNING id, queue
