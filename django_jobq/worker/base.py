@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+import psycopg
 from django.db import Error as DatabaseError
 from django.db import InterfaceError, OperationalError, connections
 
@@ -28,6 +30,15 @@ def is_connection_error(exc: BaseException) -> bool:
     """A fault of the connection or the server (retry later), as opposed to a statement the database
     refuses (DataError, IntegrityError, ProgrammingError: retrying would fail the same way)."""
     return isinstance(exc, OperationalError | InterfaceError)
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """PostgreSQL rolled the statement back to break a deadlock or a serialisation conflict (the other
+    side goes on): nothing of it was written, so running it again is safe."""
+    return isinstance(exc.__cause__, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
+
+
+LOCK_CONFLICT_RETRIES = 5  # runs again of a statement PostgreSQL rolled back to break a lock cycle
 
 
 class WorkerBase:
@@ -62,7 +73,7 @@ class WorkerBase:
         """Run ``op`` on this thread's bounded connection; on a connection error drop the connection and
         retry with backoff. Gives up (None) after ``attempts`` tries, or, without ``attempts``, when a
         hard stop is requested. A statement the database refuses is raised at once, never retried."""
-        delay, tries = 0.05, 0
+        delay, tries, conflicts = 0.05, 0, 0
         while True:
             try:
                 Job.objects.bound_statements()
@@ -70,6 +81,15 @@ class WorkerBase:
             except DatabaseError as exc:
                 if not is_connection_error(exc):
                     raise
+                if is_lock_conflict(exc) and conflicts < LOCK_CONFLICT_RETRIES:
+                    # The connection is fine: run the statement again at once, as the manager's
+                    # retrying_conflicts does for callers (a worker's batch of outcomes can meet an
+                    # enqueue of the same dedupe key in the unique index).
+                    conflicts += 1
+                    logger.info("worker %s: a statement was rolled back to break a lock cycle; running it "
+                                "again", self.worker_id)  # fmt: skip
+                    time.sleep(random.uniform(0, 0.005 * 2**conflicts))
+                    continue
                 tries += 1
                 connections[jobq_settings().database].close()
                 if (attempts is None and self.hard.is_set()) or (attempts is not None and tries >= attempts):

@@ -215,3 +215,30 @@ def test_a_timeout_racing_an_in_slot_retry_never_strands_the_job(short_lease):
     assert Job.objects.heartbeat(worker.worker_id, list(worker._running), 30) == set()  # renewed, not lost
     assert Job.objects.complete(jid, worker.worker_id, "ok", fence=new.fence) is True
     worker._side_writer.close()
+
+
+@pytest.mark.p1
+def test_a_statement_rolled_back_to_break_a_deadlock_runs_again_on_the_same_connection(caplog):
+    """A worker's statement that PostgreSQL picked to break a lock cycle wrote nothing: the worker
+    runs it again at once on its connection, logging no database error."""
+    from django.db import OperationalError
+
+    worker = Worker({"default": 1}, worker_id="conflicted")
+    calls: list[int] = []
+    connection.ensure_connection()
+    before = connection.connection
+
+    def deadlocked_once() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            try:
+                raise psycopg.errors.DeadlockDetected("deadlock detected")
+            except psycopg.Error as exc:
+                raise OperationalError("deadlock detected") from exc
+        return 7
+
+    with caplog.at_level("INFO", logger="django_jobq"):
+        assert worker._db(deadlocked_once) == 7
+    assert len(calls) == 2 and connection.connection is before  # the same connection, not reopened
+    assert "database error" not in caplog.text and "deadlock detected" not in caplog.text
+    assert "rolled back to break a lock cycle" in caplog.text

@@ -3,14 +3,15 @@
 from .jobs import _wake_waiters
 from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
 
-# cancel: for each job of %(ids)s (of queue %(queue)s and task %(task)s where not NULL), a PENDING one ends CANCELLED at once (never claimed: a claim takes
-# PENDING rows only, and this UPDATE and a claim lock the same row, so exactly one of them wins), its
-# dedupe key given up; a RUNNING one is asked to stop: cancel_requested_at is set, and the outcome its
-# run writes next (done, failed, released, reaped) ends it CANCELLED (jobs.py, _ASKED); the worker
-# learns of it from its next heartbeat. Finished jobs are left as they are. The rows are locked in id
-# order, waiting for a row another transaction holds (a claim's or an outcome's lock is brief); the
-# caller retries a deadlock with a worker's batch of outcomes. RETURNING the new status tells which
-# jobs ended (CANCELLED) and which were asked (RUNNING).
+# cancel: for each job of %(ids)s (of queue %(queue)s and task %(task)s where not NULL), a PENDING
+# one ends CANCELLED at once (never claimed: a claim takes PENDING rows only, and this UPDATE and a
+# claim lock the same row, so exactly one of them wins), its dedupe key given up; a RUNNING one is
+# asked to stop: cancel_requested_at is set, and the outcome its run writes next (done, failed,
+# snoozed, released, reaped) ends it CANCELLED (jobs.py, _ASKED); the worker learns of it from its
+# next heartbeat. Finished jobs are left as they are. The rows are locked in id order, waiting for a
+# row another transaction holds (a claim's or an outcome's lock is brief); the caller retries a
+# deadlock with a worker's batch of outcomes. RETURNING the new status tells which jobs ended
+# (CANCELLED) and which were asked (RUNNING).
 CANCEL = f"""
 WITH chosen AS MATERIALIZED (
     SELECT id FROM jobq_job
