@@ -46,51 +46,34 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     errors += _listen_database(conf)
     errors += _schedule_tasks(conf.schedules.values())
     errors += _exception_paths(conf)
-    errors += _middleware_paths(conf)
-    return errors
-
-
-def _middleware_paths(conf: JobqSettings) -> list[CheckMessage]:
-    """jobq.E012 for an entry of JOBQ["MIDDLEWARE"] that does not import as a callable (every run
-    would fail on it)."""
-    errors: list[CheckMessage] = []
-    for path in conf.middleware:
-        try:
-            found = import_string(path) if isinstance(path, str) else None
-        except Exception as exc:  # ImportError, or whatever the module raises as it loads
-            found, reason = None, str(exc)
-        else:
-            reason = "not callable"
-        if not callable(found):
-            message = f'JOBQ["MIDDLEWARE"]: {path!r:.200} does not name a callable ({reason:.200})'
-            hint = "Give dotted paths of functions taking (job, context, call_next)."
-            errors.append(Error(message, hint=hint, id="jobq.E012"))
     return errors
 
 
 def _exception_paths(conf: JobqSettings) -> list[CheckMessage]:
     """jobq.E011 for an entry of JOBQ["PERMANENT_EXCEPTIONS"] or JOBQ["DISCARD_ON"] that does not
-    import as an exception class (every job would otherwise fail on it)."""
+    import as an exception class, jobq.E012 for one of JOBQ["MIDDLEWARE"] that does not import as a
+    callable (every job would otherwise fail on it)."""
+
+    def is_exception(found: object) -> bool:
+        return isinstance(found, type) and issubclass(found, BaseException)
+
+    wanted = (
+        ("PERMANENT_EXCEPTIONS", conf.permanent_exceptions, is_exception, "an exception class", "jobq.E011"),
+        ("DISCARD_ON", conf.discard_on, is_exception, "an exception class", "jobq.E011"),
+        ("MIDDLEWARE", conf.middleware, callable, "a callable", "jobq.E012"),
+    )
     errors: list[CheckMessage] = []
-    for setting, paths in (
-        ("PERMANENT_EXCEPTIONS", conf.permanent_exceptions),
-        ("DISCARD_ON", conf.discard_on),
-    ):
+    for setting, paths, fits, kind, check_id in wanted:
         for path in paths:
             try:
                 found = import_string(path) if isinstance(path, str) else None
             except Exception as exc:  # ImportError, or whatever the module raises as it loads
                 found, reason = None, str(exc)
             else:
-                reason = "not an exception class"
-            if not (isinstance(found, type) and issubclass(found, BaseException)):
-                errors.append(
-                    Error(
-                        f'JOBQ["{setting}"]: {path!r:.200} does not name an exception class ({reason:.200})',
-                        hint="Give dotted paths such as 'django.core.exceptions.ObjectDoesNotExist'.",
-                        id="jobq.E011",
-                    )
-                )
+                reason = f"not {kind}"
+            if not fits(found):
+                message = f'JOBQ["{setting}"]: {path!r:.200} does not name {kind} ({reason:.200})'
+                errors.append(Error(message, hint=f"Give the dotted path of {kind}.", id=check_id))
     return errors
 
 

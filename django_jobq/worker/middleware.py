@@ -22,11 +22,12 @@ Middleware = Callable[[Any, Any, Callable[[], Any]], Any]
 
 def layers() -> tuple[Middleware, ...]:
     """The configured middleware, outermost first (imported once per setting)."""
-    return _imported(jobq_settings().middleware)
+    return imported(jobq_settings().middleware)
 
 
 @functools.lru_cache(maxsize=8)
-def _imported(paths: tuple[str, ...]) -> tuple[Middleware, ...]:
+def imported(paths: tuple[str, ...]) -> tuple[Any, ...]:
+    """The objects of dotted ``paths`` (a setting's), imported once per value of the setting."""
     return tuple(import_string(path) for path in paths)
 
 

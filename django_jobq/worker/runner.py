@@ -114,7 +114,7 @@ def default_policy() -> RetryPolicy:
 
 def discarded_by(task: Task[Any, Any]) -> tuple[type[BaseException], ...]:
     """The exceptions that end the task's job CANCELLED: Discard, its discard_on, JOBQ["DISCARD_ON"]."""
-    return (Discard, *task.discard_on, *(import_string(path) for path in jobq_settings().discard_on))
+    return (Discard, *task.discard_on, *middleware.imported(jobq_settings().discard_on))
 
 
 def class_path(exc: BaseException) -> str:

@@ -33,7 +33,6 @@ from .pick import (
     _PICK_QUEUES,
     _PICK_REST,
     _PICK_REST_TASK_CAPS,
-    _REST,
     _WALK,
 )
 from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, wake
@@ -167,21 +166,6 @@ WHERE NOT EXISTS (
 UNION ALL
 SELECT j.id, j.fence, true FROM jobq_job AS j JOIN held AS h ON j.id = h.id AND j.fence = h.fence
 WHERE j.id = ANY(%(ids)s::bigint[]) AND {_J_OWNED} AND {_J_ASKED}
-"""
-
-# snooze_run: a run that raised Snooze goes back to PENDING, due %(delay)s seconds from now, without
-# using up an attempt (the claim had counted it), its snoozes counted; only by the owner of this run.
-# A job a cancel was asked of ends CANCELLED instead.
-SNOOZE_RUN = f"""
-UPDATE jobq_job
-SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
-    finished_at = CASE WHEN {_ASKED} THEN {NOW} END,
-    worker_id = CASE WHEN {_ASKED} THEN worker_id END,
-    key_released = key_released OR {_ASKED},
-    attempts = attempts - 1, snoozes = snoozes + 1, lease_until = NULL, started_at = NULL,
-    run_at = {NOW} + make_interval(secs => %(delay)s)
-WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s
-RETURNING status, {_wake_waiters("jobq_job", f"jobq_job.status = {CANCELLED}")}
 """
 
 # release: a stopping worker gives back every job it still holds (RUNNING under its worker_id, which
@@ -335,25 +319,6 @@ SET attempts = attempts + 1, fence = fence + 1, started_at = {NOW},
 WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts
 RETURNING attempts, fence
 """
-
-# release_orphans: after a claim whose reply was lost (connection dropped after commit), give back
-# every job of this queue that this worker holds but does not know it runs; they never ran, so the
-# attempt the claim counted is returned. Only this worker's dispatcher for the queue claims rows
-# with this worker_id and queue (worker ids are unique per live process, and a worker's lanes serve
-# disjoint sets of queues), so nothing races it. RELEASE_ORPHANS_REST is the same for the "*" lane.
-_RELEASE_ORPHANS = f"""
-UPDATE jobq_job
-SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
-    worker_id = CASE WHEN {_ASKED} THEN worker_id END, finished_at = CASE WHEN {_ASKED} THEN {NOW} END,
-    key_released = key_released OR {_ASKED},
-    last_error = CASE WHEN {_ASKED} THEN 'cancelled by ' || coalesce(cancelled_by, '?') ELSE last_error END,
-    lease_until = NULL, run_at = {NOW}, attempts = attempts - 1
-WHERE status = {RUNNING} AND worker_id = %(worker_id)s AND {{queues}}
-  AND id <> ALL(%(known)s::bigint[])
-RETURNING id
-"""
-RELEASE_ORPHANS = _RELEASE_ORPHANS.format(queues="queue = %(queue)s")
-RELEASE_ORPHANS_REST = _RELEASE_ORPHANS.format(queues=_REST.format(q="queue"))
 
 # job_state: re-read a job to resolve a write whose outcome is unknown (connection lost mid-commit).
 JOB_STATE = """
