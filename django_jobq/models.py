@@ -12,6 +12,17 @@ from .schedule_checks import clean_schedule
 from .status import JobStatus as JobStatus  # django_jobq.models.JobStatus, as documented
 
 
+class ContainmentIndex(models.Index):
+    """A GIN index on PostgreSQL (with the index's opclasses, e.g. jsonb_path_ops: containment,
+    ``@>``), a plain one elsewhere (SQLite ignores opclasses). Unlike django.contrib.postgres's
+    GinIndex, it needs no app installed and migrates on either engine."""
+
+    def create_sql(self, model: Any, schema_editor: Any, using: str = "", **kwargs: Any) -> Any:
+        if schema_editor.connection.vendor == "postgresql":
+            using = " USING gin"
+        return super().create_sql(model, schema_editor, using=using, **kwargs)
+
+
 class Job(models.Model):
     id = models.BigAutoField(primary_key=True)
     task = models.TextField()
@@ -56,6 +67,9 @@ class Job(models.Model):
         help_text="When a cancel was asked of the job; a run it reaches ends CANCELLED.",
     )
     cancelled_by = models.TextField(null=True, blank=True, help_text="Who asked for the cancel.")
+    tags = models.JSONField(
+        null=True, blank=True, help_text='Labels to find the job by (enqueue(tags=["tenant:42"])).'
+    )
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True, help_text="The latest failed attempts, oldest first.")
@@ -101,6 +115,14 @@ class Job(models.Model):
             # Partial, so its size follows the dead letters kept, never the DONE history.
             models.Index(
                 fields=["queue", "task"], condition=models.Q(status=JobStatus.DEAD), name="jobq_job_dead"
+            ),
+            # tags: WHERE tags @> '["tenant:42"]' (cancel_many, the admin). Partial: untagged jobs, the
+            # common case, cost it nothing; jsonb_path_ops keeps it small (containment is all it serves).
+            ContainmentIndex(
+                fields=["tags"],
+                opclasses=["jsonb_path_ops"],
+                condition=models.Q(tags__isnull=False),
+                name="jobq_job_tags",
             ),
         ]
         constraints = [

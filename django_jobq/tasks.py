@@ -41,6 +41,7 @@ class EnqueueOptions:
     dedupe_dead: float | dt.timedelta | None = None
     on_duplicate: str = "skip"
     concurrency_key: str | None = None
+    tags: tuple[str, ...] | list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +106,7 @@ class Task(Generic[P, R]):
             "dedupe_done": o.dedupe_done,
             "dedupe_dead": o.dedupe_dead,
             "concurrency_key": o.concurrency_key,
+            "tags": o.tags,
         }
 
     def enqueue(self, **kwargs: Any) -> int | None:

@@ -25,6 +25,8 @@ MAX_SECONDS = 10 * 366 * 24 * 3600  # delays, leases, backoffs: ten years (Postg
 # btree entry (2704 bytes at most; PostgreSQL refuses longer index rows that do not compress).
 MAX_INBOUND_KEY_BYTES = 1800
 MAX_DEDUPE_KEY_BYTES = 2000  # a job's dedupe key in UTF-8: one btree entry of jobq_job_dedupe
+MAX_TAGS = 32  # tags on one job
+MAX_TAG_LENGTH = 100  # characters of one tag
 MIN_TTL = 1e-6  # a microsecond, the resolution of timestamptz: a shorter window would be no window
 
 # A JSON escape of U+0000 not itself escaped (an even number of backslashes before "\u0000").
@@ -176,6 +178,30 @@ def concurrency_key(value: Any) -> str | None:
         return None
     string(value, "concurrency_key", MAX_DEDUPE_KEY_LENGTH)
     return str(value)
+
+
+def tags(value: Any) -> list[str] | None:
+    """A job's tags: a list or tuple of at most MAX_TAGS non-blank strings of at most MAX_TAG_LENGTH
+    characters without surrounding spaces, storable; repeats dropped, order kept. None or empty: none."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple):
+        raise InvalidJob(f"tags must be a list of strings, not {_shown(value)}")
+    if len(value) > MAX_TAGS:
+        raise InvalidJob(f"a job has at most {MAX_TAGS} tags, not {len(value)}")
+    checked: dict[str, None] = {}
+    for tag in value:
+        string(tag, "a tag", MAX_TAG_LENGTH)
+        if not tag.strip() or tag != tag.strip():
+            raise InvalidJob(f"a tag must be non-blank, without surrounding spaces: {tag!r}")
+        checked[tag] = None
+    return list(checked) or None
+
+
+def tags_json(value: Any) -> str | None:
+    """A job's tags (checked by tags()) as the JSON array stored in its tags column; None: none."""
+    checked = tags(value)
+    return None if checked is None else _ENCODER.encode(checked)
 
 
 def inbound_namespace(value: Any) -> str:

@@ -52,7 +52,9 @@ else:
 
 OPTION_KEYS = frozenset({"MAX_ATTEMPTS", "TIMEOUT"})
 # Per-call options that JobqTask.using() accepts besides Django's own.
-CALL_OPTIONS = ("max_attempts", "dedupe_key", "on_duplicate", "dedupe_done", "dedupe_dead", "concurrency_key")
+CALL_OPTIONS = (
+    "max_attempts", "dedupe_key", "on_duplicate", "dedupe_done", "dedupe_dead", "concurrency_key", "tags",
+)  # fmt: skip
 
 
 class InvalidJobqTask(InvalidTask, JobqError):
@@ -77,6 +79,7 @@ class JobqTask(_TaskBase):
     dedupe_done: float | dt.timedelta | None = None
     dedupe_dead: float | dt.timedelta | None = None
     concurrency_key: str | None = None
+    tags: tuple[str, ...] | None = None  # labels to find its jobs by (cancel_many, the admin)
     max_running: int | None = None  # this task's jobs RUNNING at once, across every worker
     max_running_per_key: int | None = None
     rate_limit: str | None = None  # e.g. "10/s": starts allowed across every worker
@@ -91,7 +94,7 @@ class JobqTask(_TaskBase):
         **options: Any,
     ) -> JobqTask:
         """Django's using(), plus the per-call jobq options (max_attempts, dedupe_key, on_duplicate,
-        dedupe_done, dedupe_dead, concurrency_key)."""
+        dedupe_done, dedupe_dead, concurrency_key, tags)."""
         unknown = sorted(set(options) - set(CALL_OPTIONS))
         if unknown:
             raise TypeError(
@@ -193,6 +196,7 @@ class JobqBackend(BaseTaskBackend):
             "dedupe_done": getattr(task, "dedupe_done", None),
             "dedupe_dead": getattr(task, "dedupe_dead", None),
             "concurrency_key": getattr(task, "concurrency_key", None),
+            "tags": getattr(task, "tags", None),
         }
         job_id: int | None
         try:
@@ -275,6 +279,7 @@ def call_options(task: Any) -> None:
         validation.max_attempts(attempts)
     key = validation.dedupe_key(getattr(task, "dedupe_key", None))
     validation.concurrency_key(getattr(task, "concurrency_key", None))
+    validation.tags(getattr(task, "tags", None))
     on_duplicate = getattr(task, "on_duplicate", "skip")
     if on_duplicate not in ON_DUPLICATE:
         raise ConfigurationError(

@@ -29,7 +29,7 @@ class ControlManager(BaseJobManager):
         job_id = validation.integer(job_id, "job id", 1, MAX_JOB_ID)
         by = _by(by)
         while True:
-            rows = self._cancel([job_id], by, None, None)
+            rows = self._cancel([job_id], by)
             if rows:
                 ended = rows[0][1] == JobStatus.CANCELLED
                 return CancelOutcome.CANCELLED if ended else CancelOutcome.CANCEL_REQUESTED
@@ -46,16 +46,19 @@ class ControlManager(BaseJobManager):
         ids: Sequence[int] | None = None,
         queue: str | None = None,
         task: str | None = None,
+        tags: Sequence[str] | None = None,
         by: str = "api",
     ) -> CancelCounts:
-        """Cancel every PENDING or RUNNING job that ``ids``, ``queue`` and ``task`` all name (at least
-        one of them), as cancel() does each one, in batches of CANCEL_BATCH (each its own statement,
-        in the caller's transaction if there is one). Jobs enqueued after the call began are left."""
+        """Cancel every PENDING or RUNNING job that ``ids``, ``queue``, ``task`` and ``tags`` (a job
+        carrying every one of them) all name (at least one of them), as cancel() does each one, in
+        batches of CANCEL_BATCH (each its own statement, in the caller's transaction if there is one).
+        Jobs enqueued after the call began are left."""
         by = _by(by)
-        if ids is None and queue is None and task is None:
-            raise InvalidJob("cancel_many() needs ids, a queue or a task (it never cancels every job)")
+        if ids is None and queue is None and task is None and not tags:
+            raise InvalidJob("cancel_many() needs ids, a queue, a task or tags (it never cancels every job)")
         queue = None if queue is None else validation.queue(queue)
         task = None if task is None else validation.name(task, "task")
+        tags_json = validation.tags_json(tags)
         if ids is not None:
             if isinstance(ids, str | bytes) or not isinstance(ids, Sequence) or len(ids) > MAX_CANCEL_IDS:
                 raise InvalidJob(f"ids must be a sequence of at most {MAX_CANCEL_IDS} job ids")
@@ -66,17 +69,29 @@ class ControlManager(BaseJobManager):
             if ids is not None:
                 batch = [i for i in wanted if i > after][:CANCEL_BATCH]
             else:
-                params = {"after": after, "until": until, "queue": queue, "task": task, "limit": CANCEL_BATCH}
-                batch = [row[0] for row in self._execute(self._sql().CANCEL_SELECT, params)]
+                params = {
+                    "after": after, "until": until, "queue": queue, "task": task, "tags": tags_json,
+                    "limit": CANCEL_BATCH,
+                }  # fmt: skip
+                select = self._sql().CANCEL_SELECT if tags_json is None else self._sql().CANCEL_SELECT_TAGGED
+                batch = sorted(row[0] for row in self._execute(select, params))
             if not batch:
                 return CancelCounts(cancelled, requested)
-            rows = self._cancel(batch, by, queue, task)
+            rows = self._cancel(batch, by, queue, task, tags_json)
             cancelled += sum(1 for row in rows if row[1] == JobStatus.CANCELLED)
             requested += sum(1 for row in rows if row[1] == JobStatus.RUNNING)
-            after = batch[-1]
+            if ids is not None or tags_json is None:  # the tagged selection needs no cursor
+                after = batch[-1]
 
-    def _cancel(self, ids: list[int], by: str, queue: str | None, task: str | None) -> list[tuple[Any, ...]]:
-        params = {"ids": ids, "by": by, "queue": queue, "task": task}
+    def _cancel(
+        self,
+        ids: list[int],
+        by: str,
+        queue: str | None = None,
+        task: str | None = None,
+        tags: str | None = None,
+    ) -> list[tuple[Any, ...]]:
+        params = {"ids": ids, "by": by, "queue": queue, "task": task, "tags": tags}
         return retrying_conflicts(self.connection.alias, lambda: self._execute(self._sql().CANCEL, params))
 
     def reschedule(

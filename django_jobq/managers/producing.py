@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from django.db import transaction
@@ -32,6 +32,7 @@ class NewJob(NamedTuple):
     dedupe_done: float | dt.timedelta | None = None
     dedupe_dead: float | dt.timedelta | None = None
     concurrency_key: str | None = None
+    tags: Sequence[str] | None = None
 
 
 ON_DUPLICATE = ("skip", "replace", "debounce")
@@ -115,6 +116,7 @@ class ProducerManager(BaseJobManager):
         dedupe_done: float | dt.timedelta | None,
         dedupe_dead: float | dt.timedelta | None,
         concurrency_key: str | None,
+        tags: Sequence[str] | None,
     ) -> dict[str, Any]:
         conf = jobq_settings()
         task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
@@ -127,6 +129,7 @@ class ProducerManager(BaseJobManager):
         params["dedupe_key"] = key = validation.dedupe_key(dedupe_key)
         params["dedupe_done"], params["dedupe_dead"] = self._windows(task, key, dedupe_done, dedupe_dead)
         params["concurrency_key"] = validation.concurrency_key(concurrency_key)
+        params["tags"] = validation.tags_json(tags)
         params["notify"], params["channel"] = conf.notify, conf.notify_channel
         return params
 
@@ -145,6 +148,7 @@ class ProducerManager(BaseJobManager):
         dedupe_dead: float | dt.timedelta | None = None,
         on_duplicate: str = "skip",
         concurrency_key: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> int | None:
         """Insert a job in the caller's transaction; its id, or None when the dedupe key is taken
         (by an active job, or a finished one inside its window) and the mode leaves that job alone.
@@ -155,12 +159,13 @@ class ProducerManager(BaseJobManager):
         takes this payload, priority and run_at, and its id is returned); "debounce" (a required delay:
         a burst of calls runs once, ``delay`` after the last, with the last payload: a PENDING holder
         of the same task is replaced and pushed back; a RUNNING or finished one, whatever its window,
-        hands the key to a new job, the successor, whose id is returned).
+        hands the key to a new job, the successor, whose id is returned). tags: labels to find the
+        job by (cancel_many, the admin); a replaced holder keeps its own.
         """
         params = self._enqueue_params(
             task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
-            concurrency_key=concurrency_key,
+            concurrency_key=concurrency_key, tags=tags,
         )  # fmt: skip
         mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
         params["max_depth"] = limit = jobq_settings().depth_limits().get(params["queue"])
@@ -234,6 +239,7 @@ class ProducerManager(BaseJobManager):
         dedupe_done: float | dt.timedelta | None = None,
         dedupe_dead: float | dt.timedelta | None = None,
         concurrency_key: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> tuple[int, bool]:
         """(job id, created): the job holding ``dedupe_key`` (active, or finished inside its window, a
         cache hit), or a new one this call inserted. One statement decides; see enqueue.
@@ -243,7 +249,7 @@ class ProducerManager(BaseJobManager):
         params = self._enqueue_params(
             task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
-            concurrency_key=concurrency_key,
+            concurrency_key=concurrency_key, tags=tags,
         )  # fmt: skip
         params["max_depth"] = jobq_settings().depth_limits().get(params["queue"])
         sql = self._sql()
@@ -316,7 +322,7 @@ class ProducerManager(BaseJobManager):
         conf = jobq_settings()
         names = (
             "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
-            "dedupe_dones", "dedupe_deads", "concurrency_keys",
+            "dedupe_dones", "dedupe_deads", "concurrency_keys", "tags",
         )  # fmt: skip
         params: dict[str, Any] = dict(
             zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
@@ -361,8 +367,9 @@ class ProducerManager(BaseJobManager):
                 concurrency_key = (
                     None if job.concurrency_key is None else validation.concurrency_key(job.concurrency_key)
                 )
+                tags = None if job.tags is None else validation.tags_json(job.tags)
             except InvalidJob as exc:
                 raise type(exc)(f"job {index}: {exc}") from None
             yield NewRow(
-                task, queue, priority, max_attempts, payload, run_at, key, done, dead, concurrency_key
+                task, queue, priority, max_attempts, payload, run_at, key, done, dead, concurrency_key, tags
             )

@@ -33,6 +33,7 @@ class NewRow(NamedTuple):
     dedupe_done: float | None
     dedupe_dead: float | None
     concurrency_key: str | None
+    tags: str | None  # JSON text of a list of strings; None: no tags
 
 
 def _last(results: list[Result]) -> Result:

@@ -253,6 +253,14 @@ def test_enqueue_validates_the_task_against_the_current_tasks_setting(settings):
     assert Job.objects.get().queue == "default"
 
 
+def test_tags_per_call_reach_the_row_and_bad_ones_are_refused():
+    result = dtasks.add.using(tags=("tenant:42", "export")).enqueue(1, 1)
+    assert Job.objects.get(id=int(result.id)).tags == ["tenant:42", "export"]
+    with pytest.raises(InvalidTask, match="a tag"):
+        dtasks.add.using(tags=("bad\x00",)).enqueue(1, 1)
+    assert Job.objects.count() == 1
+
+
 def test_using_refuses_options_that_belong_to_the_decorator():
     with pytest.raises(TypeError, match="timeout"):
         dtasks.add.using(timeout=5)

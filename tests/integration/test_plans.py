@@ -329,3 +329,29 @@ def test_counts_read_the_partial_indexes_only(wide_history, generic):
         "CANCELLED": 0,
     }
     assert Job.objects.counts("nowhere") == {"PENDING": 0, "RUNNING": 0, "DONE": 0, "DEAD": 0, "CANCELLED": 0}
+
+
+# -- tags: cancel_many's selection -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("generic", [False, True])
+def test_cancel_many_by_tags_reads_the_tagged_jobs_only(generic):
+    """200,000 due jobs without tags and 40 with: the selection of cancel_many(tags=...) finds the 20
+    of one tenant on jobq_job_tags, never walking the backlog."""
+    from django_jobq.sql.postgres import control
+
+    fill(200_000)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """UPDATE jobq_job SET tags = jsonb_build_array('tenant:' || (id % 2), 'export')
+               WHERE id IN (SELECT id FROM jobq_job ORDER BY id DESC LIMIT 40)"""
+        )
+    analyse()
+    params = {
+        "after": 0, "until": 1 << 62, "queue": None, "task": None, "tags": '["tenant:1"]', "limit": 1000,
+    }  # fmt: skip
+    plan = run(control.CANCEL_SELECT_TAGGED, params, generic=generic)
+    assert plan["Actual Rows"] == 20
+    assert "jobq_job_tags" in {n.get("Index Name") for n in plan_nodes(plan)}
+    assert_no_table_scan(plan, bitmaps=True)
+    assert rows_read(plan) <= 40

@@ -3,7 +3,8 @@
 from .jobs import _wake_waiters
 from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
 
-# cancel: for each job of %(ids)s (of queue %(queue)s and task %(task)s where not NULL), a PENDING
+# cancel: for each job of %(ids)s (of queue %(queue)s, task %(task)s, carrying every tag of the JSON
+# array %(tags)s, where not NULL), a PENDING
 # one ends CANCELLED at once (never claimed: a claim takes PENDING rows only, and this UPDATE and a
 # claim lock the same row, so exactly one of them wins), its dedupe key given up; a RUNNING one is
 # asked to stop: cancel_requested_at is set, and the outcome its run writes next (done, failed,
@@ -17,6 +18,7 @@ WITH chosen AS MATERIALIZED (
     SELECT id FROM jobq_job
     WHERE id = ANY(%(ids)s::bigint[]) AND status IN ({PENDING}, {RUNNING})
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AND (%(task)s::text IS NULL OR task = %(task)s::text)
+      AND (%(tags)s::jsonb IS NULL OR tags @> %(tags)s::jsonb)
     ORDER BY id
     FOR UPDATE
 )
@@ -41,6 +43,22 @@ WHERE status IN ({PENDING}, {RUNNING}) AND id > %(after)s AND id <= %(until)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
 ORDER BY id
+LIMIT %(limit)s
+"""
+
+# cancel_select_tagged: as CANCEL_SELECT, of the jobs carrying every tag of %(tags)s, read on
+# jobq_job_tags (@> is strict: it implies the index's tags IS NOT NULL) in no particular order: an
+# ORDER BY id would let a generic plan walk the primary key through the backlog instead. Progress
+# without a cursor: a job CANCEL took is CANCELLED, or RUNNING with cancel_requested_at set, or
+# finished, and is not selected again (a RUNNING job asked before the call is not counted again).
+# "id + 0" keeps the bound on the newest id a filter: as an index condition it would let a generic
+# plan (a guessed limit, a third of the table under the bound) walk the primary key instead.
+CANCEL_SELECT_TAGGED = f"""
+SELECT id FROM jobq_job
+WHERE tags @> %(tags)s::jsonb AND status IN ({PENDING}, {RUNNING}) AND cancel_requested_at IS NULL
+  AND id + 0 <= %(until)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
 LIMIT %(limit)s
 """
 

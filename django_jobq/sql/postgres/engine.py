@@ -97,7 +97,8 @@ class PostgresEngine(Engine):
                 for job_id, row in zip(ids, rows, strict=True):
                     copy.write_row((
                         job_id, row.task, row.queue, Jsonb(row.payload, dumps=_as_is), PENDING, row.priority,
-                        row.run_at or now, 0, row.max_attempts, row.concurrency_key, no_errors, now,
+                        row.run_at or now, 0, row.max_attempts, row.concurrency_key,
+                        None if row.tags is None else Jsonb(row.tags, dumps=_as_is), no_errors, now,
                     ))  # fmt: skip
             cursor.execute(BULK_WAKE, {**params, "queues": sorted(queues)})
         return list(ids)

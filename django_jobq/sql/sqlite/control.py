@@ -3,6 +3,10 @@ CANCEL statement sees no concurrent write, so its guards hold without row locks.
 
 from .terms import CANCELLED, NOW, PENDING, RUNNING, each
 
+# The job carries every tag of the JSON array %(tags)s (NULL: any job): none of them is missing.
+_TAGGED = """(%(tags)s IS NULL OR NOT EXISTS (
+    SELECT value FROM json_each(%(tags)s) EXCEPT SELECT value FROM json_each(jobq_job.tags)))"""
+
 CANCEL = f"""
 UPDATE jobq_job
 SET status = CASE WHEN status = {PENDING} THEN {CANCELLED} ELSE status END,
@@ -12,15 +16,22 @@ SET status = CASE WHEN status = {PENDING} THEN {CANCELLED} ELSE status END,
     cancel_requested_at = COALESCE(cancel_requested_at, {NOW}),
     cancelled_by = COALESCE(cancelled_by, %(by)s)
 WHERE id IN {each("ids")} AND status IN ({PENDING}, {RUNNING})
-  AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s)
+  AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s) AND {_TAGGED}
 RETURNING id, status, NULL
 """
 
 CANCEL_SELECT = f"""
 SELECT id FROM jobq_job
 WHERE status IN ({PENDING}, {RUNNING}) AND id > %(after)s AND id <= %(until)s
-  AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s)
+  AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s) AND {_TAGGED}
 ORDER BY id
+LIMIT %(limit)s
+"""
+
+CANCEL_SELECT_TAGGED = f"""
+SELECT id FROM jobq_job
+WHERE status IN ({PENDING}, {RUNNING}) AND cancel_requested_at IS NULL AND id <= %(until)s
+  AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s) AND {_TAGGED}
 LIMIT %(limit)s
 """
 
