@@ -83,9 +83,8 @@ def throughput_chart(
                 "done_h": round(done_h, 1),
                 "dead_y": round(height - done_h - dead_h, 1),
                 "dead_h": round(dead_h, 1),
-                "title": f"{m.ago} min ago: {m.done} done, {m.dead} dead"
-                if m.ago
-                else f"last minute: {m.done} done, {m.dead} dead",
+                "title": f"{f'{m.ago} min ago' if m.ago else 'last minute'}: {m.done} done, {m.dead} dead"
+                + (f", {m.cancelled} cancelled" if m.cancelled else ""),
             }
         )
     return {
@@ -95,4 +94,5 @@ def throughput_chart(
         "bars": bars,
         "done": sum(m.done for m in minutes),
         "dead": sum(m.dead for m in minutes),
+        "cancelled": sum(m.cancelled for m in minutes),
     }

@@ -9,11 +9,12 @@ from typing import Any, ClassVar
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
 from django.db import connections
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from .. import dashboard
@@ -37,23 +38,25 @@ from .common import (
 from .dashboard import dashboard_view
 from .queues import queue_state_view
 from .requeue import RequeueActions
+from .search import HELP as SEARCH_HELP
+from .search import TAG_PREFIX, BadSearch, search
 
 
 @admin.register(Job)
 class JobAdmin(CancelActions, RequeueActions):
     list_display: tuple[str, ...] = (
         "id",
-        "task",
+        "task_cell",
         "queue",
         "status_cell",
         "run_at_display",
         "progress_cell",
         "error_line",
     )
-    list_display_links = ("id", "task")
+    list_display_links = ("id",)
     list_filter: ClassVar[tuple[Any, ...]] = ("status", QueueFilter, TaskFilter)
     search_fields = ("=id", "task", "=dedupe_key")  # shown as the search box; see get_search_results
-    search_help_text = "A job id, a task name (or its beginning), or a dedupe key."
+    search_help_text = SEARCH_HELP
     sortable_by = ("id", "run_at")
     list_per_page = 50
     show_full_result_count = False
@@ -76,7 +79,18 @@ class JobAdmin(CancelActions, RequeueActions):
     fieldsets = (
         (
             None,
-            {"fields": ("id", "task", "queue", "status_badge", "priority", "attempts_display", "dedupe_key")},
+            {
+                "fields": (
+                    "id",
+                    "task",
+                    "queue",
+                    "tags_cell",
+                    "status_badge",
+                    "priority",
+                    "attempts_display",
+                    "dedupe_key",
+                )
+            },
         ),
         ("Progress", {"fields": ("progress_display",)}),
         (
@@ -99,6 +113,7 @@ class JobAdmin(CancelActions, RequeueActions):
         "id",
         "task",
         "queue",
+        "tags_cell",
         "status_badge",
         "priority",
         "attempts_display",
@@ -140,10 +155,32 @@ class JobAdmin(CancelActions, RequeueActions):
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = Q(task__startswith=term) | Q(dedupe_key=term)
-        if term.isdigit():
-            match |= Q(id=int(term))
-        return queryset.filter(match), False
+        try:
+            return search(queryset, term), False
+        except BadSearch as exc:
+            self.message_user(request, str(exc), messages.WARNING)
+            return queryset.none(), False
+
+    @admin.display(description="task")
+    def task_cell(self, obj: Job) -> SafeString:
+        """The task, a link to the job's page, and under it the job's tags (the list has no room for a
+        column of its own, and most jobs have none)."""
+        page = reverse(f"{self.admin_site.name}:django_jobq_job_change", args=[obj.pk])
+        tags = self.tags_cell(obj)
+        return format_html(
+            '<a href="{}">{}</a>{}', page, obj.task, format_html("<br>{}", tags) if tags else ""
+        )
+
+    @admin.display(description="tags")
+    def tags_cell(self, obj: Job) -> SafeString | str:
+        """Each tag, a link to the jobs carrying it (the search "tag:NAME")."""
+        tags = obj.tags if isinstance(obj.tags, list) else []
+        jobs = reverse(f"{self.admin_site.name}:django_jobq_job_changelist")
+        return format_html_join(
+            " ",
+            '<a class="jobq-tag" href="{}?{}">{}</a>',
+            ((jobs, urlencode({"q": f"{TAG_PREFIX}{tag}"}), tag) for tag in tags if isinstance(tag, str)),
+        )
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Job) -> SafeString:

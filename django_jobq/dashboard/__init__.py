@@ -1,6 +1,6 @@
 """The queue's figures, read-only: what the admin dashboard and ``manage.py jobq_stats`` show.
 
-``snapshot()`` runs six bounded statements (django_jobq.sql.postgres.stats) and returns a frozen
+``snapshot()`` runs seven bounded statements (django_jobq.sql.postgres.stats) and returns a frozen
 Snapshot; ``check()`` compares one with health thresholds; ``format_table()`` renders one for a terminal.
 """
 
@@ -23,6 +23,7 @@ from ..models import Job
 from ..registry import registered_tasks
 from ..sql import engine_of
 from ..status import JobStatus
+from .limits import TaskLimits, format_rate, limited_tasks, task_limits
 from .text import WORKERS_RECENT_SECONDS
 from .text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
 from .text import format_table as format_table  # re-exported: dashboard.format_table
@@ -36,6 +37,7 @@ WORKERS_LIMIT = 50
 # A worker is "alive" while its last heartbeat is younger than this many heartbeat intervals.
 ALIVE_HEARTBEATS = 3
 MINUTES = 60  # length of the throughput history, in one-minute buckets
+FINISHED_NAMES = {JobStatus.DONE: "done", JobStatus.DEAD: "dead", JobStatus.CANCELLED: "cancelled"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,9 +56,12 @@ class QueueFigures:
     done_60m: int = 0  # ... in the last 60 minutes
     dead_5m: int = 0  # jobs that went DEAD (failed for good) in the last 5 minutes
     dead_60m: int = 0  # ... in the last 60 minutes
+    cancelled_5m: int = 0  # jobs that ended CANCELLED (cancelled, discarded) in the last 5 minutes
+    cancelled_60m: int = 0  # ... in the last 60 minutes
     paused: bool = False  # workers claim nothing from it (Job.objects.pause_queue)
     max_depth: int | None = None  # JOBQ["QUEUES"][queue]["MAX_DEPTH"]: pending against it
     max_running: int | None = None  # JOBQ["QUEUES"][queue]["MAX_RUNNING"]: running against it
+    rate_limit: str | None = None  # JOBQ["QUEUES"][queue]["RATE_LIMIT"], e.g. "10/s"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +71,7 @@ class Minute:
     ago: int
     done: int
     dead: int
+    cancelled: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +114,7 @@ class Snapshot:
     workers: tuple[WorkerFigures, ...]  # most recently seen first
     unserved: tuple[str, ...]  # queues with due jobs that no live worker serves (by its lanes), not paused
     paused: tuple[PausedQueue, ...]  # sorted by name
+    tasks: tuple[TaskLimits, ...]  # the registered tasks with a cap or a rate limit, by name
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
@@ -188,7 +195,7 @@ def snapshot(*, exact: bool = False) -> Snapshot:
         ago = min(max(ago, 0), MINUTES - 1)
         buckets[ago, status] += jobs
         f = figures[queue]
-        name = "done" if status == JobStatus.DONE else "dead"
+        name = FINISHED_NAMES[status]
         f[f"{name}_60m"] = f.get(f"{name}_60m", 0) + jobs
         if ago < 5:
             f[f"{name}_5m"] = f.get(f"{name}_5m", 0) + jobs
@@ -200,13 +207,23 @@ def snapshot(*, exact: bool = False) -> Snapshot:
     for p in paused:  # a paused queue is listed even without jobs, so that it can be resumed
         figures[p.queue]["paused"] = True
     for name, options in jobq_settings().queues.items():  # a configured queue, with its limits
-        figures[name].update(max_depth=options.max_depth, max_running=options.max_running)
+        figures[name].update(
+            max_depth=options.max_depth,
+            max_running=options.max_running,
+            rate_limit=format_rate(options.rate_limit),
+        )
     queues = tuple(QueueFigures(queue=queue, **figures[queue]) for queue in sorted(figures))
     throughput = tuple(
-        Minute(ago=ago, done=buckets[ago, JobStatus.DONE], dead=buckets[ago, JobStatus.DEAD])
+        Minute(
+            ago=ago,
+            done=buckets[ago, JobStatus.DONE],
+            dead=buckets[ago, JobStatus.DEAD],
+            cancelled=buckets[ago, JobStatus.CANCELLED],
+        )
         for ago in reversed(range(MINUTES))
     )
     workers = _workers(connection)
+    limited = limited_tasks()  # RUNNING_BY_TASK only runs when some task has a limit
     return Snapshot(
         now=now,
         queues=queues,
@@ -216,6 +233,7 @@ def snapshot(*, exact: bool = False) -> Snapshot:
         workers=workers,
         unserved=_unserved(queues, workers),
         paused=paused,
+        tasks=task_limits(limited, dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {}),
     )
 
 
@@ -312,7 +330,7 @@ def _total(queues: Sequence[QueueFigures]) -> QueueFigures:
             sums[name] = None if None in values else sum(values)
         elif name == "paused":
             sums[name] = False
-        elif name in ("max_depth", "max_running"):  # limits are per queue
+        elif name in ("max_depth", "max_running", "rate_limit"):  # limits are per queue
             sums[name] = None
         else:
             sums[name] = sum(values)

@@ -16,7 +16,7 @@ def format_table(snap: Snapshot) -> str:
     approx = "~" if snap.done_estimated else ""
     header = (
         "queue", "pending", "due", "lag", "running", "expired", "dead", "done", "done 5m", "done 60m",
-        "dead 5m", "dead 60m",
+        "dead 5m", "dead 60m", "cancelled 60m",
     )  # fmt: skip
     lines = [header]
     for q in (*snap.queues, snap.total):
@@ -27,6 +27,7 @@ def format_table(snap: Snapshot) -> str:
                 name, _of(q.pending, q.max_depth), str(q.due), format_seconds(q.lag), _of(q.running, q.max_running),
                 str(q.expired),
                 str(q.dead), done, str(q.done_5m), str(q.done_60m), str(q.dead_5m), str(q.dead_60m),
+                str(q.cancelled_60m),
             )
         )  # fmt: skip
     out = [f"django-jobq at {snap.now.isoformat(timespec='seconds')}", *_columns(lines)]
@@ -36,6 +37,18 @@ def format_table(snap: Snapshot) -> str:
         out.append(f"! due jobs and no live worker serving: {', '.join(snap.unserved)}")
     for p in snap.paused:
         out.append(f"paused: {p.queue} since {p.since.isoformat(timespec='seconds')} by {p.by or '?'}")
+    for q in snap.queues:
+        if q.rate_limit:
+            out.append(f"rate limit: queue {q.queue} starts at most {q.rate_limit}")
+    if snap.tasks:
+        out.append("")
+        limits = [("task", "queue", "running", "max running", "per key", "rate limit")]
+        for t in snap.tasks:
+            limits.append((
+                t.task, t.queue, str(t.running), _or_dash(t.max_running), _or_dash(t.max_running_per_key),
+                t.rate_limit or "-",
+            ))  # fmt: skip
+        out += _columns(limits)
     out.append("")
     if snap.workers:
         rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]
@@ -50,6 +63,10 @@ def format_table(snap: Snapshot) -> str:
     else:
         out.append(f"no worker seen in the last {WORKERS_RECENT_SECONDS // 60} minutes")
     return "\n".join(out)
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def _of(figure: int, limit: int | None) -> str:

@@ -1,5 +1,6 @@
-"""End to end in a real headless Chromium: log in, requeue a dead letter, see it PENDING; every admin page's
-layout at 1400 px (styled breadcrumbs, headers that neither overlap nor clip, no horizontal scroll).
+"""End to end in a real headless Chromium: log in, requeue a dead letter, see it PENDING; find a tenant's
+jobs by tag, cancel them and pause their queue from the dashboard; every admin page's layout at 1400 px
+(styled breadcrumbs, headers that neither overlap nor clip, no horizontal scroll).
 
 Runs Debian's chromium (/usr/bin/chromium, or $CHROMIUM) through Playwright; skipped only when that
 browser is not installed. Screenshots land in tests/artifacts/django-<version>/ (one per page), run
@@ -38,7 +39,7 @@ CHROMIUM_ARGS = [
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.slow,
+    pytest.mark.browser,
     pytest.mark.p1,
     pytest.mark.skipif(
         not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)"
@@ -121,6 +122,32 @@ def seed() -> Job:
         last_error="KeyError: 'lamp'",
         finished_at=now,
     )
+    for i in range(3):  # one tenant's report exports: two waiting, one running
+        Job.objects.create(
+            task="shop.export_report",
+            queue="reports",
+            payload={"tenant": 42, "report": i},
+            tags=["tenant:42", "export"],
+            **(
+                {"status": JobStatus.RUNNING, "attempts": 1, "worker_id": "web-2:311", "started_at": now,
+                 "lease_until": now + dt.timedelta(seconds=20)}
+                if i == 0 else {}
+            ),
+        )  # fmt: skip
+    Job.objects.create(
+        task="shop.export_report", queue="reports", payload={"tenant": 7}, tags=["tenant:7", "export"]
+    )
+    Job.objects.create(
+        task="shop.send_receipt",
+        queue="emails",
+        status=JobStatus.CANCELLED,
+        payload={"order": 77},
+        tags=["tenant:42"],
+        last_error="cancelled by admin oncall",
+        cancelled_by="admin oncall",
+        cancel_requested_at=now - dt.timedelta(minutes=4),
+        finished_at=now - dt.timedelta(minutes=4),
+    )
     WorkerRecord.objects.create(
         worker_id="web-1:207", hostname="web-1", pid=207, lanes={"emails": 4, "interactive": 8}, running=0
     )
@@ -176,6 +203,63 @@ def test_requeue_a_dead_letter_in_a_real_browser(live_server, django_user_model,
     assert shot.stat().st_size > 10_000
 
 
+def test_cancel_a_tenants_jobs_and_pause_their_queue_in_a_real_browser(
+    live_server, django_user_model, settings
+):
+    settings.JOBQ = {**settings.JOBQ, "HEARTBEAT_SECONDS": 10}
+    django_user_model.objects.create_superuser("oncall", "oncall@example.com", "correct horse")
+    seed()
+    tenant = list(
+        Job.objects.filter(tags__contains=["tenant:42"], status__in=[0, 1]).values_list("pk", flat=True)
+    )
+    tagged = set(Job.objects.filter(tags__contains=["tenant:42"]).values_list("pk", flat=True))
+    # Playwright's sync API runs an event loop in this thread: the ORM is used only before and after it.
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_jobq/job/")
+            page.fill("#id_username", "oncall")
+            page.fill("#id_password", "correct horse")
+            page.click("input[type=submit]")
+            page.wait_for_url("**/admin/django_jobq/job/")
+            page.click("a.jobq-tag:text-is('tenant:42')")  # a tag on the list links to its jobs
+            page.wait_for_url("**q=tag%3Atenant%3A42")
+            shown = {int(v) for v in page.locator("input[name=_selected_action]").evaluate_all(
+                "boxes => boxes.map(b => b.value)")}  # fmt: skip
+            assert shown == tagged and set(tenant) < tagged  # the cancelled one is listed too
+            page.check("#action-toggle")
+            page.select_option("select[name=action]", "cancel_selected")
+            page.click("button[name=index]")
+            page.wait_for_selector(".messagelist")
+            assert "Cancelled 2 pending job(s); asked 1 running job(s) to stop." in page.inner_text(
+                ".messagelist"
+            )
+
+            page.fill("#searchbar", '{"tenant": 7}')  # payload containment
+            page.press("#searchbar", "Enter")
+            page.wait_for_selector("#result_list")
+            assert page.locator("#result_list tbody tr").count() == 1
+
+            page.goto(f"{live_server.url}/admin/django_jobq/job/dashboard/")
+            row = page.locator("#jobq-queues tbody tr", has=page.locator("th a:text-is('reports')"))
+            row.locator("button[value=pause]").click()
+            page.wait_for_selector(".messagelist")
+            row = page.locator("#jobq-queues tbody tr", has=page.locator("th a:text-is('reports')"))
+            assert "paused" in row.inner_text() and row.locator("button[value=resume]").count() == 1
+        finally:
+            browser.close()
+
+    statuses = dict(Job.objects.filter(pk__in=tenant).values_list("pk", "status"))
+    assert sorted(statuses.values()) == [JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.CANCELLED]
+    asked = Job.objects.get(pk__in=tenant, status=JobStatus.RUNNING)
+    assert asked.cancel_requested_at is not None and asked.cancelled_by == "admin oncall"
+    assert Job.objects.get(payload__tenant=7).status == JobStatus.PENDING  # another tenant's job stays
+    assert Job.objects.paused_queues() == ["reports"]
+
+
 # Every page of the admin, by the path it lives at; "{dead}" / "{worker}" / ... are filled from seed().
 PAGES = {
     "index": "/admin/",
@@ -184,6 +268,8 @@ PAGES = {
     "job_list": "/admin/django_jobq/job/",
     "job_running": "/admin/django_jobq/job/{running}/change/",
     "job_dead": "/admin/django_jobq/job/{dead}/change/",
+    "job_cancelled": "/admin/django_jobq/job/{cancelled}/change/",
+    "jobs_by_tag": "/admin/django_jobq/job/?q=tag%3Atenant%3A42",
     "dead_letters": "/admin/django_jobq/deadjob/",
     "dead_letter": "/admin/django_jobq/deadjob/{dead}/change/",
     "requeue": "/admin/django_jobq/job/{dead}/requeue/",
@@ -289,6 +375,7 @@ def test_every_admin_page_reads_well_at_1400px(live_server, django_user_model, s
         .order_by("id")
         .values_list("pk", flat=True)[0],
         "worker": WorkerRecord.objects.order_by("worker_id").values_list("pk", flat=True)[0],
+        "cancelled": Job.objects.get(status=JobStatus.CANCELLED).pk,
     }
     client = Client()
     client.force_login(user)

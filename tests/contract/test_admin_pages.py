@@ -64,3 +64,30 @@ def test_jobq_stats_counts_each_status():
     call_command("jobq_stats", stdout=out)
     line = next(x for x in out.getvalue().splitlines() if x.startswith("default"))
     assert line.split()[:4] == ["default", "0", "0", "-"]  # nothing pending, so no lag
+
+
+def test_search_by_tag_and_by_payload_containment(admin_client):
+    tenant = Job.objects.enqueue(
+        "test.echo", {"order_id": 42, "shop": {"id": 7, "tier": "gold"}}, tags=["tenant:42"]
+    )
+    other = Job.objects.enqueue("test.echo", {"order_id": 43, "shop": {"id": 7}}, tags=["tenant:7", "x"])
+    plain = Job.objects.enqueue("test.echo", {"order_id": 42})
+
+    def found(term: str) -> set[int]:
+        response = admin_client.get("/admin/django_jobq/job/", {"q": term})
+        assert response.status_code == 200
+        return {job.pk for job in response.context["cl"].result_list}
+
+    assert found("tag:tenant:42") == {tenant}
+    assert found("tag: x") == {other}
+    assert found("tag:tenant") == set()  # a whole tag, not a prefix
+    assert found('{"order_id": 42}') == {tenant, plain}
+    assert found('{"shop": {"id": 7}}') == {tenant, other}
+    assert found('{"shop": {"tier": "gold"}, "order_id": 42}') == {tenant}
+    assert found('{"order_id": "42"}') == set()  # JSON types count
+    page = admin_client.get("/admin/django_jobq/job/").content.decode()
+    assert "?q=tag%3Atenant%3A42" in page  # each tag links to its jobs
+    for bad in ('{"order_id": ', "{}", "tag:", "tag:" + "x" * 101, '{"a": "\\u0000"}'):
+        response = admin_client.get("/admin/django_jobq/job/", {"q": bad}, follow=True)
+        assert response.status_code == 200 and not response.context["cl"].result_list, bad
+        assert [m.level_tag for m in response.context["messages"]] == ["warning"], bad

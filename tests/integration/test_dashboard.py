@@ -47,6 +47,9 @@ def _seed_dashboard() -> None:
     _finished("emails", JobStatus.DONE, 30, count=6)
     _finished("default", JobStatus.DEAD, 3)
     _finished("default", JobStatus.DONE, 90, count=2)  # over an hour ago: only in the DONE total
+    _finished("emails", JobStatus.CANCELLED, 1, count=3)
+    _finished("emails", JobStatus.CANCELLED, 20)
+    running_job(queue="default", task="test.capped")
     now = timezone.now()
     WorkerRecord.objects.create(
         worker_id="host-1:42", hostname="host-1", pid=42, lanes={"emails": 4}, running=1
@@ -74,7 +77,7 @@ def test_dashboard_figures(python_clock):
     emails, default = q["emails"], q["default"]
     assert (emails.pending, emails.due, emails.running, emails.expired, emails.dead) == (3, 2, 1, 0, 0)
     assert 299 <= emails.lag < 320
-    assert (default.pending, default.due, default.lag, default.running, default.expired) == (0, 0, None, 1, 1)
+    assert (default.pending, default.due, default.lag, default.running, default.expired) == (0, 0, None, 2, 1)
     assert default.dead == 2  # the dead letter and the one that died 3 minutes ago
     assert (emails.done, emails.done_5m, emails.done_60m, emails.dead_5m, emails.dead_60m) == (
         10,
@@ -104,12 +107,42 @@ def test_dashboard_figures(python_clock):
     assert [(w.worker_id, w.state) for w in snap.workers] == [("host-1:42", "alive"), ("host-2:7", "stopped")]
     assert snap.workers[0].lanes == {"emails": 4}
     assert json.loads(json.dumps(snap.as_dict()))["total"]["due"] == 2
+    assert (emails.cancelled_5m, emails.cancelled_60m, snap.total.cancelled_60m) == (3, 4, 4)
+    assert by_ago[1].cancelled == 3 and by_ago[20].cancelled == 1 and emails.done == 10  # not DONE
+
+
+@pytest.mark.p1
+def test_dashboard_shows_the_queues_and_tasks_limits(settings, admin_client):
+    settings.JOBQ = {"QUEUES": {"emails": {"MAX_RUNNING": 4, "RATE_LIMIT": "3/10s", "MAX_DEPTH": 500}}}
+    _seed_dashboard()
+    snap = dashboard.snapshot()
+    emails = next(q for q in snap.queues if q.queue == "emails")
+    assert (emails.max_running, emails.max_depth, emails.rate_limit) == (4, 500, "3/10s")
+    limits = {t.task: t for t in snap.tasks}
+    assert set(limits) >= {"test.capped", "test.capped_per_key", "test.rate_limited"}
+    assert (limits["test.capped"].running, limits["test.capped"].max_running) == (1, 2)
+    assert limits["test.capped_per_key"].max_running_per_key == 1
+    assert limits["test.rate_limited"].rate_limit == "5/s" and limits["test.rate_limited"].running == 0
+    page = admin_client.get(DASHBOARD).content.decode()
+    assert "≤ 3/10s" in page and 'id="jobq-task-limits"' in page and "test.rate_limited" in page
+    assert 'id="jobq-cancelled-60m">3 / 4<' in page
+    text = dashboard.format_table(snap)
+    assert "rate limit: queue emails starts at most 3/10s" in text and "test.capped" in text
+
+
+@pytest.mark.parametrize(
+    ("rate", "text"),
+    [((10, 1.0), "10/s"), ((100, 60.0), "100/m"), ((5, 3600.0), "5/h"), ((1000, 86400.0), "1000/d"),
+     ((3, 10.0), "3/10s"), ((1, 90.0), "1/90s"), ((2, 0.5), "2/0.5s"), (None, None)],
+)  # fmt: skip
+def test_format_rate_spells_the_setting(rate, text):
+    assert dashboard.format_rate(rate) == text
 
 
 @pytest.mark.p1
 def test_dashboard_page(admin_client, django_assert_max_num_queries, python_clock):
     _seed_dashboard()
-    with django_assert_max_num_queries(8):  # the snapshot's 6 statements, the session, the user
+    with django_assert_max_num_queries(9):  # the snapshot's 7 statements, the session, the user
         response = admin_client.get(DASHBOARD)
     assert response.status_code == 200
     page = response.content.decode()
@@ -166,7 +199,7 @@ def test_dashboard_queries_read_indexes_with_a_large_history(admin_client, djang
             [ROWS],
         )
         cursor.execute("ANALYZE jobq_job")
-    for name in ("ACTIVE", "FINISHED", "FILTER_NAMES", "WORKERS", "DONE_ESTIMATE"):
+    for name in ("ACTIVE", "FINISHED", "FILTER_NAMES", "WORKERS", "DONE_ESTIMATE", "RUNNING_BY_TASK"):
         plan = explain(getattr(stats, name), {"limit": 50, "recent": 600})
         assert "jobq_job" not in _seq_scans(plan), f"{name} scans jobq_job: {plan}"
     # The DONE count stops after EXACT_LIMIT + 1 rows, wherever it reads them from.
@@ -186,7 +219,7 @@ def test_dashboard_queries_read_indexes_with_a_large_history(admin_client, djang
     assert snap.total.done_60m == pytest.approx(3_600 * 997 / 1000, rel=0.01)
     assert dashboard.snapshot(exact=True).total.done == done
 
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(9):
         assert admin_client.get(DASHBOARD).status_code == 200
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get(JOBS)

@@ -70,8 +70,10 @@ def test_table(python_clock):
         "5m",
         "dead",
         "60m",
+        "cancelled",
+        "60m",
     ]
-    assert lines[2].split() == ["default", "0", "0", "-", "0", "0", "1", "0", "0", "0", "1", "1"]
+    assert lines[2].split() == ["default", "0", "0", "-", "0", "0", "1", "0", "0", "0", "1", "1", "0"]
     assert lines[3].split()[:4] == ["emails", "2", "2", "10m00s"]
     assert lines[4].split()[:3] == ["(all)", "2", "2"]
     assert "host-1:42" in out and "alive" in out and "default:2,emails:4" in out

@@ -8,7 +8,7 @@ that (DONE_COUNT, DONE_ESTIMATE). All statements here are read-only, except DELE
 the admin's guarded delete.
 """
 
-from .jobs import DEAD, DONE, NOW, PENDING, RUNNING
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING
 
 # active: per queue, the PENDING, RUNNING and DEAD jobs. Each arm repeats its partial index's predicate
 # (status = …) so PostgreSQL reads jobq_job_claim, jobq_job_lease and jobq_job_dead respectively.
@@ -62,17 +62,21 @@ SELECT queue, count(*) FROM (
 GROUP BY queue
 """
 
-# finished: jobs that reached DONE or DEAD in the last hour, per queue, status and minute ("minutes
-# ago", 0 = the last 60 seconds). The status list repeats the predicate of jobq_job_finished (partial
-# on DONE/DEAD, led by finished_at), so PostgreSQL reads that index for the last hour only. At most
-# queues x 2 x 60 rows come back; the 5- and 60-minute figures and the chart are sums of them.
+# finished: jobs that reached DONE, DEAD or CANCELLED in the last hour, per queue, status and minute
+# ("minutes ago", 0 = the last 60 seconds). The status list repeats the predicate of jobq_job_finished
+# (partial on the three, led by finished_at), so PostgreSQL reads that index for the last hour only. At
+# most queues x 3 x 60 rows come back; the 5- and 60-minute figures and the chart are sums of them.
 FINISHED = f"""
 SELECT queue, status, floor(extract(epoch FROM ({NOW} - finished_at)) / 60)::int AS ago, count(*)
 FROM jobq_job
 WHERE finished_at > {NOW} - interval '60 minutes' AND finished_at <= {NOW}
-  AND status IN ({DONE}, {DEAD})
+  AND status IN ({DONE}, {DEAD}, {CANCELLED})
 GROUP BY queue, status, ago
 """
+
+# running_by_task: RUNNING jobs per task (the lease index's rows: as many as jobs run), for the
+# dashboard's task limits.
+RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING} GROUP BY task"
 
 # workers: the workers whose heartbeat was seen in the last %(recent)s seconds, newest first, at most
 # %(limit)s (jobq_worker_seen index), with how long ago each was seen.

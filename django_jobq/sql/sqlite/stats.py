@@ -3,7 +3,7 @@ the PostgreSQL ones, under the same names). Read-only, except DELETE_INACTIVE. S
 planner statistics of a table's rows, so DONE jobs are always counted (DONE_COUNT), up to the
 caller's limit."""
 
-from .terms import DEAD, DONE, NOW, PENDING, RUNNING, each, plus
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, each, plus
 
 ACTIVE = f"""
 SELECT {PENDING} AS status, queue, count(*) AS jobs,
@@ -27,13 +27,15 @@ SELECT queue, count(*) FROM (
 ) GROUP BY queue
 """
 
-# finished: jobs that reached DONE or DEAD in the last hour, per queue, status and minute ago.
+# finished: jobs that reached DONE, DEAD or CANCELLED in the last hour, per queue, status and minute ago.
 FINISHED = f"""
 SELECT queue, status, CAST((julianday({NOW}) - julianday(finished_at)) * 1440 AS INTEGER) AS ago, count(*)
 FROM jobq_job
-WHERE finished_at > {plus(NOW, "-3600")} AND finished_at <= {NOW} AND status IN ({DONE}, {DEAD})
+WHERE finished_at > {plus(NOW, "-3600")} AND finished_at <= {NOW} AND status IN ({DONE}, {DEAD}, {CANCELLED})
 GROUP BY queue, status, ago
 """
+
+RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING} GROUP BY task"
 
 WORKERS = f"""
 SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at,
