@@ -91,3 +91,11 @@ def test_hostile_tags_are_refused_before_anything_is_written(tags):
     with pytest.raises(InvalidJob):
         Job.objects.cancel_many(tags=tags)
     assert list(Job.objects.values_list("id", "status")) == [(kept, JobStatus.PENDING)]
+
+
+def test_a_claimed_job_carries_its_tags_without_another_query(django_assert_num_queries):
+    """Middleware (tenancy, tracing) reads job.tags on the worker: it comes with the claim."""
+    Job.objects.enqueue("test.noop", tags=["tenant:42"])
+    claimed = Job.objects.claim("w1")
+    with django_assert_num_queries(0):
+        assert claimed.tags == ["tenant:42"]
