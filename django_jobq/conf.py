@@ -16,6 +16,7 @@ DAY = 24 * 3600
 MAX_PAYLOAD_BYTES = 256 * 1024
 QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING", "RATE_LIMIT")  # the keys a JOBQ["QUEUES"] entry may have
 POOL_MODES = ("session", "transaction")
+METRICS_VIEWS = ("off", "staff", "token")
 SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
 
 
@@ -188,6 +189,9 @@ class JobqSettings:
     timezone: str | None = None  # schedules' default IANA zone; None: settings.TIME_ZONE
     schedules: dict[str, ScheduleOptions] = dataclasses.field(default_factory=dict)  # name -> schedule
     schedule_grace_seconds: float = 60  # a tick published later than this after its time is missed
+    metrics_view: str = "off"  # who may read django_jobq.metrics.urls: "off", "staff" or "token"
+    metrics_token: str | None = None  # the bearer token of METRICS_VIEW = "token" (at least 16 characters)
+    metrics_cache_seconds: float = 5  # the database's figures are read at most this often per process
 
     def caps(self) -> dict[str, int]:
         """Queue name -> MAX_RUNNING, for the capped queues."""
@@ -270,9 +274,26 @@ class JobqSettings:
                 raise ConfigurationError(
                     f'JOBQ["{name.upper()}"] must be a printable name of 1 to 63 bytes (used as given, case kept)'
                 )
+        self._check_metrics()
         if self.done_channel == self.notify_channel:
             raise ConfigurationError('JOBQ["DONE_CHANNEL"] must differ from JOBQ["NOTIFY_CHANNEL"]')
         self._check_connections()
+
+    def _check_metrics(self) -> None:
+        if self.metrics_view not in METRICS_VIEWS:
+            raise ConfigurationError(
+                f'JOBQ["METRICS_VIEW"] must be one of {", ".join(METRICS_VIEWS)}, not {self.metrics_view!r:.100}'
+            )
+        token = self.metrics_token
+        if token is not None and (not isinstance(token, str) or len(token) < 16 or not token.isprintable()):
+            raise ConfigurationError(
+                'JOBQ["METRICS_TOKEN"] must be a printable string of at least 16 characters'
+            )
+        if self.metrics_view == "token" and token is None:
+            raise ConfigurationError('JOBQ["METRICS_VIEW"] = "token" needs JOBQ["METRICS_TOKEN"]')
+        seconds = self.metrics_cache_seconds
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds <= 3600:
+            raise ConfigurationError('JOBQ["METRICS_CACHE_SECONDS"] must be a number of seconds in [0, 3600]')
 
     def _check_connections(self) -> None:
         """DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""

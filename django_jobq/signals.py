@@ -14,6 +14,8 @@ job_succeeded = Signal()  # after DONE was written; also ``result`` and ``durati
 job_retried = Signal()  # after the job went back to PENDING; also ``error`` and ``delay``
 job_dead = Signal()  # after the job went DEAD; also ``error``
 job_cancelled = Signal()  # after a run ended CANCELLED (cancel, Discard, discard_on); also ``reason``
+job_snoozed = Signal()  # after a run raised Snooze and the job waits again; also ``delay``
+job_lease_lost = Signal()  # a heartbeat found the job no longer this worker's (reaped, cut off)
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

@@ -358,6 +358,7 @@ class DispatchMixin(PauseMixin):
         else:
             logger.info("job %s (%s) snoozed for %.3gs", job.id, job.task, outcome.snooze,
                         extra={"job_id": job.id, "task": job.task})  # fmt: skip
+            signals.send(signals.job_snoozed, job=job, worker_id=self.worker_id, delay=outcome.snooze)
 
     def _report_done(self, entry: Running, outcome: Outcome) -> None:
         job = entry.job

@@ -12,6 +12,7 @@ import time
 from django.db import Error as DatabaseError
 from django.db import connections
 
+from .. import signals
 from ..conf import jobq_settings
 from ..models import Job
 from .dispatch import DispatchMixin
@@ -62,6 +63,9 @@ class HeartbeatMixin(DispatchMixin):
                 "worker %s lost the lease of job(s) %s; their outcome will be refused",
                 self.worker_id, [job_id for job_id, _ in lost],
             )  # fmt: skip
+            for key in lost:
+                if (entry := self._running.get(key)) is not None:
+                    signals.send(signals.job_lease_lost, job=entry.job, worker_id=self.worker_id)
         self._beat(stopped=False)
 
     def _beat(self, *, stopped: bool) -> None:

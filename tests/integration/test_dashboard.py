@@ -199,8 +199,17 @@ def test_dashboard_queries_read_indexes_with_a_large_history(admin_client, djang
             [ROWS],
         )
         cursor.execute("ANALYZE jobq_job")
-    for name in ("ACTIVE", "FINISHED", "FILTER_NAMES", "WORKERS", "DONE_ESTIMATE", "RUNNING_BY_TASK"):
-        plan = explain(getattr(stats, name), {"limit": 50, "recent": 600})
+    statements = (
+        "ACTIVE",
+        "FINISHED",
+        "FILTER_NAMES",
+        "WORKERS",
+        "DONE_ESTIMATE",
+        "RUNNING_BY_TASK",
+        "HEALTH",
+    )
+    for name in statements:  # the dashboard's, and the metrics collector's (ACTIVE, PAUSED, HEALTH)
+        plan = explain(getattr(stats, name), {"limit": 50, "recent": 600, "alive": 30})
         assert "jobq_job" not in _seq_scans(plan), f"{name} scans jobq_job: {plan}"
     # The DONE count stops after EXACT_LIMIT + 1 rows, wherever it reads them from.
     plan = explain(stats.DONE_COUNT, {"limit": dashboard.EXACT_LIMIT + 1})

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from django_jobq.management import metrics_options
 from django_jobq.reaper import Reaper
 
 
@@ -11,6 +12,7 @@ class Command(BaseCommand):
     help = "Return expired leases to the queue and prune old jobs; one reaper acts across all replicas."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        metrics_options.add_arguments(parser)
         parser.add_argument(
             "--once",
             action="store_true",
@@ -21,6 +23,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with metrics_options.serving(options):
+            self._run(options)
+
+    def _run(self, options: dict[str, Any]) -> None:
         reaper = Reaper(interval=options["interval"])
         if options["once"]:
             if not reaper.acquire():

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobq.exceptions import ConfigurationError
+from django_jobq.management import metrics_options
 from django_jobq.reaper import Reaper
 from django_jobq.scheduler import Scheduler
 from django_jobq.worker import Worker, parse_lanes
@@ -14,6 +15,7 @@ class Command(BaseCommand):
     help = "Run a worker: claim jobs from the given queues and run them until stopped (SIGTERM drains)."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        metrics_options.add_arguments(parser)
         parser.add_argument(
             "--queues",
             default="*",
@@ -36,6 +38,10 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None, help="default: host:pid:random")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with metrics_options.serving(options):
+            self._run(options)
+
+    def _run(self, options: dict[str, Any]) -> None:
         try:
             worker = Worker(
                 parse_lanes(options["queues"], options["concurrency"]),

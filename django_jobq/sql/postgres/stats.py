@@ -78,6 +78,17 @@ GROUP BY queue, status, ago
 # dashboard's task limits.
 RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING} GROUP BY task"
 
+# health: for the metrics' collector, one row: the workers alive (not stopped, a heartbeat within the
+# last %(alive)s seconds: jobq_worker_seen), the seconds left on the reaper's lease (NULL: no reaper
+# ever ran; negative: none holds it now), and the sizes of jobq_job and of its indexes in bytes (read
+# from the files' sizes: constant cost). Read-only.
+HEALTH = f"""
+SELECT (SELECT count(*) FROM jobq_worker
+        WHERE last_seen_at > {NOW} - make_interval(secs => %(alive)s) AND stopped_at IS NULL),
+       (SELECT extract(epoch FROM (expires_at - {NOW}))::float8 FROM jobq_lease WHERE name = 'reaper'),
+       pg_table_size('jobq_job'::regclass), pg_indexes_size('jobq_job'::regclass)
+"""
+
 # workers: the workers whose heartbeat was seen in the last %(recent)s seconds, newest first, at most
 # %(limit)s (jobq_worker_seen index), with how long ago each was seen.
 WORKERS = f"""

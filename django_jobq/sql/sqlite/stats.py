@@ -37,6 +37,14 @@ GROUP BY queue, status, ago
 
 RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING} GROUP BY task"
 
+# health: as PostgreSQL's, without the sizes (NULL).
+HEALTH = f"""
+SELECT (SELECT count(*) FROM jobq_worker
+        WHERE last_seen_at > {plus(NOW, "-%(alive)s")} AND stopped_at IS NULL),
+       (SELECT (julianday(expires_at) - julianday({NOW})) * 86400.0 FROM jobq_lease WHERE name = 'reaper'),
+       NULL, NULL
+"""
+
 WORKERS = f"""
 SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at,
        (julianday({NOW}) - julianday(last_seen_at)) * 86400.0 AS silent_for

@@ -1,0 +1,95 @@
+"""What the workers of this process did, per queue and task: counters and histograms fed by the
+worker's signals (django_jobq.signals), connected once by ``connect()``. Labels are the job's queue
+and task names (bounded: names are registered tasks and configured lanes), never a job id."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+from .. import signals
+from . import REGISTRY
+
+LABELS = ("queue", "task")
+# Run and wait times from a millisecond to an hour.
+BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+STARTED = Counter("jobq_jobs_started", "Runs started.", LABELS, registry=REGISTRY)
+SUCCEEDED = Counter("jobq_jobs_succeeded", "Runs that ended DONE.", LABELS, registry=REGISTRY)
+RETRIED = Counter("jobq_jobs_retried", "Runs that failed, with a retry scheduled.", LABELS, registry=REGISTRY)
+DEAD = Counter("jobq_jobs_dead", "Runs that ended DEAD (failed for good).", LABELS, registry=REGISTRY)
+CANCELLED = Counter(
+    "jobq_jobs_cancelled", "Runs that ended CANCELLED (cancelled, discarded).", LABELS, registry=REGISTRY
+)
+SNOOZED = Counter("jobq_jobs_snoozed", "Runs that raised Snooze.", LABELS, registry=REGISTRY)
+LEASE_LOST = Counter(
+    "jobq_leases_lost", "Running jobs whose lease a heartbeat found lost (reaped, cut off).", LABELS,
+    registry=REGISTRY,
+)  # fmt: skip
+RUN_SECONDS = Histogram(
+    "jobq_job_run_seconds",
+    "Run time of the runs that ended DONE.",
+    LABELS,
+    buckets=BUCKETS,
+    registry=REGISTRY,
+)
+WAIT_SECONDS = Histogram(
+    "jobq_job_wait_seconds",
+    "From when a job was due (its run_at, or its enqueue if later) to the start of its run.",
+    LABELS,
+    buckets=BUCKETS,
+    registry=REGISTRY,
+)
+
+_connected = threading.Event()
+
+
+def _labels(job: Any) -> tuple[str, str]:
+    return str(job.queue), str(job.task)
+
+
+def _started(job: Any, **_: Any) -> None:
+    labels = _labels(job)
+    STARTED.labels(*labels).inc()
+    if job.started_at is not None and job.run_at is not None:
+        due = max(job.run_at, job.created_at) if job.created_at is not None else job.run_at
+        WAIT_SECONDS.labels(*labels).observe(max(0.0, (job.started_at - due) / dt.timedelta(seconds=1)))
+
+
+def _succeeded(job: Any, duration: float | None = None, **_: Any) -> None:
+    labels = _labels(job)
+    SUCCEEDED.labels(*labels).inc()
+    if duration is not None:
+        RUN_SECONDS.labels(*labels).observe(duration)
+
+
+def _counting(counter: Counter) -> Any:
+    def receive(job: Any, **_: Any) -> None:
+        counter.labels(*_labels(job)).inc()
+
+    return receive
+
+
+_RECEIVERS = (
+    (signals.job_started, _started),
+    (signals.job_succeeded, _succeeded),
+    (signals.job_retried, _counting(RETRIED)),
+    (signals.job_dead, _counting(DEAD)),
+    (signals.job_cancelled, _counting(CANCELLED)),
+    (signals.job_snoozed, _counting(SNOOZED)),
+    (signals.job_lease_lost, _counting(LEASE_LOST)),
+)
+
+
+def connect() -> None:
+    """Count this process's runs from now on (idempotent)."""
+    if _connected.is_set():
+        return
+    for signal, receiver in _RECEIVERS:
+        signal.connect(
+            receiver, weak=False, dispatch_uid=f"django_jobq.metrics.{receiver.__name__}.{id(signal)}"
+        )
+    _connected.set()

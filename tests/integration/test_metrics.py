@@ -1,0 +1,250 @@
+"""Metrics against a real PostgreSQL: a real worker's runs counted, the database's figures agreeing with
+the table at a bounded cost, and the Django view's access rules."""
+
+import datetime as dt
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_jobq import metrics
+from django_jobq.metrics import worker as worker_metrics
+from django_jobq.models import Job, JobStatus, WorkerRecord
+from django_jobq.worker import Worker
+from tests.conftest import start_worker, wait_until
+from tests.integration.conftest import dead_job, make_job, running_job
+
+pytestmark = [pytest.mark.integration]
+
+URL = "/jobq/metrics/"
+
+
+def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(metrics.REGISTRY).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def of(found: dict, name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture
+def fresh_figures(settings):
+    """The database collector registered, its cache emptied (it lives as long as the process)."""
+    metrics.enable_database_metrics()
+    collector = metrics.database_collector()
+    collector.forget()
+    yield collector
+    collector.forget()
+
+
+@pytest.mark.p1
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_draining_three_tasks_is_counted_as_the_table_says(fresh_figures):
+    worker_metrics.connect()
+    before = samples()
+    for i in range(10):
+        Job.objects.enqueue("test.echo", {"n": i}, queue="mq")
+    for _ in range(4):
+        Job.objects.enqueue("test.flaky", {"failures": 1}, queue="mq")
+    for _ in range(3):
+        Job.objects.enqueue("test.always_fails", queue="mq", max_attempts=1)
+    for _ in range(50):  # a burst ends when nothing is due: again until the retries (0.05-0.1 s) ran
+        Worker({"mq": 3}, burst=True).run()
+        if not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
+            break
+        time.sleep(0.05)
+    fresh_figures.forget()  # the database's figures as they are now, not as the first scrape cached them
+    after = samples()
+
+    def delta(name: str, task: str) -> float:
+        return of(after, name, queue="mq", task=task) - of(before, name, queue="mq", task=task)
+
+    done = {t: Job.objects.filter(status=JobStatus.DONE, task=t).count() for t in ("test.echo", "test.flaky")}
+    assert delta("jobq_jobs_succeeded_total", "test.echo") == done["test.echo"] == 10
+    assert delta("jobq_jobs_succeeded_total", "test.flaky") == done["test.flaky"] == 4
+    assert delta("jobq_jobs_retried_total", "test.flaky") == 4  # each failed its first attempt once
+    assert (
+        delta("jobq_jobs_dead_total", "test.always_fails")
+        == Job.objects.filter(status=JobStatus.DEAD).count()
+    )
+    for task in ("test.echo", "test.flaky", "test.always_fails"):
+        ended = sum(delta(f"jobq_jobs_{n}_total", task) for n in ("succeeded", "retried", "dead"))
+        assert delta("jobq_jobs_started_total", task) == ended, task
+    assert delta("jobq_job_run_seconds_count", "test.echo") == 10
+    assert delta("jobq_job_wait_seconds_count", "test.echo") == 10
+    # the database's figures, read after the drain
+    assert of(after, "jobq_queue_jobs", queue="mq", state="dead") == 3
+    assert of(after, "jobq_queue_jobs", queue="mq", state="pending") == 0
+    assert of(after, "jobq_database_up") == 1
+
+
+@pytest.mark.p1
+@pytest.mark.django_db
+def test_the_database_figures_agree_with_the_table_and_cost_four_statements(fresh_figures, settings):
+    settings.JOBQ = {**settings.JOBQ, "METRICS_CACHE_SECONDS": 60}
+    now = timezone.now()
+    make_job(queue="emails", run_at=now - dt.timedelta(seconds=120))
+    make_job(queue="emails", run_at=now + dt.timedelta(hours=1))  # not due
+    running_job(queue="emails")
+    running_job(queue="reports", lease_until=now - dt.timedelta(seconds=5))  # expired
+    dead_job(queue="reports")
+    Job.objects.pause_queue("reports")
+    WorkerRecord.objects.create(worker_id="h:1", hostname="h", pid=1, lanes={"emails": 2})
+    WorkerRecord.objects.create(worker_id="h:2", hostname="h", pid=2, lanes={}, stopped_at=now)
+    Job.objects.acquire_lease("reaper", "me", 30)
+    with CaptureQueriesContext(connection) as queries:
+        found = samples()
+    assert len(queries.captured_queries) == 4  # the clock, ACTIVE, PAUSED, HEALTH: whatever the table holds
+    with CaptureQueriesContext(connection) as queries:
+        samples()
+    assert not queries.captured_queries  # inside METRICS_CACHE_SECONDS: read once
+    for queue in ("emails", "reports"):
+        counts = Job.objects.counts(queue)
+        for state in ("pending", "running", "dead"):
+            assert of(found, "jobq_queue_jobs", queue=queue, state=state) == counts[state.upper()], (
+                queue,
+                state,
+            )
+    assert of(found, "jobq_queue_due_jobs", queue="emails") == 1
+    assert 110 <= of(found, "jobq_queue_lag_seconds", queue="emails") < 300
+    assert of(found, "jobq_queue_expired_leases", queue="reports") == 1
+    assert (
+        of(found, "jobq_queue_paused", queue="reports") == 1
+        and of(found, "jobq_queue_paused", queue="emails") == 0
+    )
+    assert of(found, "jobq_workers_alive") == 1
+    assert 0 < of(found, "jobq_reaper_lease_seconds_left") <= 30
+    assert (
+        of(found, "jobq_table_bytes", part="table") > 0 and of(found, "jobq_table_bytes", part="indexes") > 0
+    )
+
+
+@pytest.mark.django_db
+def test_a_database_that_does_not_answer_is_a_figure_not_a_failed_scrape(fresh_figures, monkeypatch):
+    from django_jobq.metrics import database
+
+    def broken(self):
+        raise RuntimeError("connection refused")
+
+    monkeypatch.setattr(database.DatabaseCollector, "_figures", broken)
+    found = samples()
+    assert of(found, "jobq_database_up") == 0
+    assert not [key for key in found if key[0] == "jobq_queue_jobs"]
+
+
+# -- the Django view ---------------------------------------------------------------------------------------
+@pytest.fixture
+def metrics_urls(settings):
+    settings.ROOT_URLCONF = "tests.testapp.metrics_urls"
+
+
+@pytest.mark.p1
+@pytest.mark.django_db
+def test_the_view_is_off_by_default(client, admin_client, metrics_urls):
+    assert client.get(URL).status_code == 404
+    assert admin_client.get(URL).status_code == 404
+
+
+@pytest.mark.p1
+@pytest.mark.django_db
+def test_the_view_for_staff(client, admin_client, staff, settings, metrics_urls, fresh_figures):
+    settings.JOBQ = {**settings.JOBQ, "METRICS_VIEW": "staff"}
+    Job.objects.enqueue("test.echo", queue="viewq")
+    assert client.get(URL).status_code == 403
+    response = admin_client.get(URL)
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    assert 'jobq_queue_jobs{queue="viewq",state="pending"} 1.0' in response.content.decode()
+    assert staff().get(URL).status_code == 200  # any staff user, no permission needed
+    assert admin_client.post(URL).status_code == 405
+
+
+@pytest.mark.p1
+@pytest.mark.django_db
+def test_the_view_with_a_bearer_token(client, admin_client, settings, metrics_urls, fresh_figures):
+    token = "s3cret-s3cret-s3cret"
+    settings.JOBQ = {**settings.JOBQ, "METRICS_VIEW": "token", "METRICS_TOKEN": token}
+    assert client.get(URL).status_code == 401
+    assert client.get(URL, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get(URL, headers={"Authorization": f"Basic {token}"}).status_code == 401
+    assert admin_client.get(URL).status_code == 401  # staff without the token: no
+    response = client.get(URL, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200 and b"jobq_database_up 1.0" in response.content
+
+
+# -- the commands' endpoint --------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_jobq_worker_serves_its_runs_and_the_database_figures():
+    for i in range(5):
+        Job.objects.enqueue("test.echo", {"n": i}, queue="served")
+    port = free_port()
+    worker = start_worker("--queues", "served", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1",
+                          "--metrics-db", stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_until(lambda: Job.objects.filter(status=JobStatus.DONE).count() == 5, message="5 jobs done")
+
+        def counted():
+            try:
+                found = scrape(port)
+            except OSError:
+                return None
+            return (
+                found
+                if of(found, "jobq_jobs_succeeded_total", queue="served", task="test.echo") == 5
+                else None
+            )
+
+        found = wait_until(counted, message="the endpoint to count 5 runs")
+        assert of(found, "jobq_database_up") == 1 and of(found, "jobq_workers_alive") >= 1
+        assert of(found, "jobq_queue_jobs", queue="served", state="pending") == 0
+    finally:
+        worker.terminate()
+        assert worker.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--metrics-db",), "--metrics-db needs --metrics-port"),
+        (("--metrics-port", "70000"), "must be in"),
+        (("--metrics-port", "{taken}", "--metrics-addr", "127.0.0.1"), "cannot serve metrics"),
+        (("--metrics-port", "9", "--metrics-addr", "not an address"), "cannot serve metrics"),
+    ],
+)
+@pytest.mark.django_db
+def test_bad_metrics_options_are_refused_before_anything_runs(args, message):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        args = tuple(a.format(taken=taken.getsockname()[1]) for a in args)
+        with pytest.raises(CommandError, match=message):
+            call_command("jobq_reap", "--once", *args)

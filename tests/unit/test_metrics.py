@@ -1,0 +1,145 @@
+"""metrics.worker and the exposition: the worker's signals counted per queue and task, hostile names
+that cannot break the text format, the settings of the metrics view (no database)."""
+
+import datetime as dt
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_jobq import signals
+from django_jobq.conf import JobqSettings
+from django_jobq.exceptions import ConfigurationError
+from django_jobq.metrics import REGISTRY, serve
+from django_jobq.metrics import worker as metrics
+
+pytestmark = pytest.mark.unit
+
+T0 = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
+
+
+def job(task="shop.send_receipt", queue="emails", **fields):
+    values = {"id": 1, "created_at": T0, "run_at": T0, "started_at": T0 + dt.timedelta(seconds=2)}
+    return SimpleNamespace(task=task, queue=queue, **{**values, **fields})
+
+
+def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of REGISTRY, parsed back from the text format: (name, labels) -> value."""
+    text = generate_latest(REGISTRY).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(name: str, **labels: str) -> float:
+    return scraped().get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture(autouse=True)
+def connected():
+    metrics.connect()
+
+
+def test_each_signal_counts_its_outcome_per_queue_and_task():
+    labels = {"queue": "emails", "task": "shop.send_receipt"}
+    before = {name: value(name, **labels) for name in (
+        "jobq_jobs_started_total", "jobq_jobs_succeeded_total", "jobq_jobs_retried_total",
+        "jobq_jobs_dead_total", "jobq_jobs_cancelled_total", "jobq_jobs_snoozed_total",
+        "jobq_leases_lost_total", "jobq_job_run_seconds_count", "jobq_job_wait_seconds_count",
+    )}  # fmt: skip
+    j = job()
+    signals.send(signals.job_started, job=j, worker_id="w")
+    signals.send(signals.job_succeeded, job=j, worker_id="w", result=None, duration=0.3)
+    signals.send(signals.job_retried, job=j, worker_id="w", error="x", delay=1)
+    signals.send(signals.job_retried, job=j, worker_id="w", error="x", delay=1)
+    signals.send(signals.job_dead, job=j, worker_id="w", error="x")
+    signals.send(signals.job_cancelled, job=j, worker_id="w", reason="cancelled")
+    signals.send(signals.job_snoozed, job=j, worker_id="w", delay=5)
+    signals.send(signals.job_lease_lost, job=j, worker_id="w")
+    after = {name: value(name, **labels) - before[name] for name in before}
+    assert after == {
+        "jobq_jobs_started_total": 1, "jobq_jobs_succeeded_total": 1, "jobq_jobs_retried_total": 2,
+        "jobq_jobs_dead_total": 1, "jobq_jobs_cancelled_total": 1, "jobq_jobs_snoozed_total": 1,
+        "jobq_leases_lost_total": 1, "jobq_job_run_seconds_count": 1, "jobq_job_wait_seconds_count": 1,
+    }  # fmt: skip
+    assert value("jobq_job_wait_seconds_bucket", **labels, le="2.5") >= 1
+    assert value("jobq_job_run_seconds_bucket", **labels, le="0.25") == before["jobq_job_run_seconds_count"]
+
+
+def test_the_wait_is_counted_from_when_the_job_was_due():
+    labels = {"queue": "later", "task": "t.wait"}
+    scheduled = job(task="t.wait", queue="later", run_at=T0 + dt.timedelta(hours=1),
+                    started_at=T0 + dt.timedelta(hours=1, seconds=0.004))  # fmt: skip
+    signals.send(signals.job_started, job=scheduled, worker_id="w")
+    assert (
+        value("jobq_job_wait_seconds_bucket", **labels, le="0.005") == 1
+    )  # not the hour it was scheduled for
+    assert value("jobq_job_wait_seconds_sum", **labels) == pytest.approx(0.004)
+
+
+def test_connecting_twice_counts_once():
+    metrics.connect()
+    labels = {"queue": "q", "task": "t.once"}
+    signals.send(signals.job_dead, job=job(task="t.once", queue="q"), worker_id="w")
+    assert value("jobq_jobs_dead_total", **labels) == 1
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        'evil"} jobq_jobs_dead_total{queue="x"} 1e9\n# HELP',
+        "back\\slash",
+        "new\nline",
+        "ünïcødé ✓",
+        "x" * 10_000,
+    ],
+)
+def test_hostile_names_cannot_break_the_exposition_format(task):
+    signals.send(signals.job_dead, job=job(task=task, queue="hostile"), worker_id="w")
+    samples = scraped()
+    assert samples[("jobq_jobs_dead_total", (("queue", "hostile"), ("task", task)))] >= 1
+    assert not [
+        key for key in samples if key[0] == "jobq_jobs_dead_total" and dict(key[1]).get("queue") == "x"
+    ]
+
+
+def test_the_endpoint_serves_the_registry():
+    server = serve(0, "127.0.0.1")  # port 0: a free one
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            body = response.read().decode()
+            assert response.headers["Content-Type"].startswith("text/plain")
+    finally:
+        server.shutdown()
+        server.server_close()
+    names = {family.name for family in text_string_to_metric_families(body)}
+    assert {"jobq_jobs_started", "jobq_job_run_seconds", "process_cpu_seconds"} <= names
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"METRICS_VIEW": "public"},
+        {"METRICS_VIEW": "token"},  # no token
+        {"METRICS_VIEW": "token", "METRICS_TOKEN": "short"},
+        {"METRICS_TOKEN": "x" * 20 + "\n"},
+        {"METRICS_TOKEN": 12345678901234567890},
+        {"METRICS_CACHE_SECONDS": -1},
+        {"METRICS_CACHE_SECONDS": float("nan")},
+        {"METRICS_CACHE_SECONDS": True},
+    ],
+)
+def test_bad_metrics_settings_are_refused(raw):
+    with pytest.raises(ConfigurationError, match="METRICS_"):
+        JobqSettings.from_dict(raw)
+
+
+def test_good_metrics_settings():
+    conf = JobqSettings.from_dict({"METRICS_VIEW": "token", "METRICS_TOKEN": "s3cret-s3cret-s3cret"})
+    assert (conf.metrics_view, conf.metrics_cache_seconds) == ("token", 5)
+    assert JobqSettings.from_dict({}).metrics_view == "off"
