@@ -24,12 +24,18 @@ logger = logging.getLogger("django_jobq")
 
 ALIVE_HEARTBEATS = 3  # a worker is alive while its last heartbeat is younger than this many intervals
 STATES = {JobStatus.PENDING: "pending", JobStatus.RUNNING: "running", JobStatus.DEAD: "dead"}
+# Every family the collector may give (jobq_reaper_lease_seconds_left only once a reaper ran,
+# jobq_table_bytes on PostgreSQL only).
+FAMILIES = (
+    "jobq_database_up", "jobq_queue_jobs", "jobq_queue_due_jobs", "jobq_queue_expired_leases",
+    "jobq_queue_lag_seconds", "jobq_queue_paused", "jobq_workers_alive", "jobq_reaper_lease_seconds_left",
+    "jobq_table_bytes",
+)  # fmt: skip
 
 
 class DatabaseCollector(Collector):
-    """Collects jobq_queue_jobs, jobq_queue_due_jobs, jobq_queue_expired_leases, jobq_queue_lag_seconds,
-    jobq_queue_paused, jobq_workers_alive, jobq_reaper_lease_seconds_left, jobq_table_bytes and
-    jobq_database_up (0 when the figures could not be read: the others are left out, the scrape stands)."""
+    """Collects FAMILIES; jobq_database_up is 0 when the figures could not be read (the others are left
+    out, the scrape stands)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
