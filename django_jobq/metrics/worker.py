@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from .. import signals
 from . import REGISTRY
@@ -93,3 +97,37 @@ def connect() -> None:
             receiver, weak=False, dispatch_uid=f"django_jobq.metrics.{receiver.__name__}.{id(signal)}"
         )
     _connected.set()
+
+
+class LanesCollector(Collector):
+    """A running worker's lanes at scrape time: jobq_lane_slots, jobq_lane_busy_slots and
+    jobq_lane_stuck_slots (inside a job past its timeout), by lane (a queue name, or "*")."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        slots = GaugeMetricFamily("jobq_lane_slots", "Slots of a worker's lane.", labels=("lane",))
+        busy = GaugeMetricFamily("jobq_lane_busy_slots", "Slots of a lane running a job.", labels=("lane",))
+        stuck = GaugeMetricFamily(
+            "jobq_lane_stuck_slots", "Slots of a lane inside a job past its timeout.", labels=("lane",)
+        )
+        for name, lane in list(self.worker.lanes.items()):
+            slots.add_metric([name], lane.slots)
+            busy.add_metric([name], lane.busy)
+            stuck.add_metric([name], lane.stuck())
+        yield from (slots, busy, stuck)
+
+
+@contextmanager
+def watching(worker: Any) -> Iterator[None]:
+    """Serve ``worker``'s lanes (LanesCollector) while it runs."""
+    collector = LanesCollector(worker)
+    REGISTRY.register(collector)
+    try:
+        yield
+    finally:
+        REGISTRY.unregister(collector)

@@ -226,6 +226,11 @@ def test_jobq_worker_serves_its_runs_and_the_database_figures():
         found = wait_until(counted, message="the endpoint to count 5 runs")
         assert of(found, "jobq_database_up") == 1 and of(found, "jobq_workers_alive") >= 1
         assert of(found, "jobq_queue_jobs", queue="served", state="pending") == 0
+        assert of(found, "jobq_lane_slots", lane="served") == 4  # --concurrency's default
+        assert (
+            of(found, "jobq_lane_busy_slots", lane="served") == 0
+            and of(found, "jobq_lane_stuck_slots", lane="served") == 0
+        )
     finally:
         worker.terminate()
         assert worker.wait(timeout=30) == 0

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.management import metrics_options
+from django_jobq.metrics import worker as worker_metrics
 from django_jobq.reaper import Reaper
 from django_jobq.scheduler import Scheduler
 from django_jobq.worker import Worker, parse_lanes
@@ -59,7 +60,11 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.stop())
         try:
-            worker.run()
+            if options["metrics_port"] is not None:
+                with worker_metrics.watching(worker):
+                    worker.run()
+            else:
+                worker.run()
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"worker {worker.worker_id} stopped after {worker.processed} job(s)")
