@@ -70,6 +70,11 @@ class Job(models.Model):
     tags = models.JSONField(
         null=True, blank=True, help_text='Labels to find the job by (enqueue(tags=["tenant:42"])).'
     )
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The trace context of the enqueue (OpenTelemetry), for the run's span.",
+    )
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True, help_text="The latest failed attempts, oldest first.")

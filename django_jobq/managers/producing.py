@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from django.db import transaction
 from django.utils import timezone
 
-from .. import validation
+from .. import tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
@@ -130,6 +130,7 @@ class ProducerManager(BaseJobManager):
         params["dedupe_done"], params["dedupe_dead"] = self._windows(task, key, dedupe_done, dedupe_dead)
         params["concurrency_key"] = validation.concurrency_key(concurrency_key)
         params["tags"] = validation.tags_json(tags)
+        params["trace_context"] = tracing.carrier()
         params["notify"], params["channel"] = conf.notify, conf.notify_channel
         return params
 
@@ -322,7 +323,7 @@ class ProducerManager(BaseJobManager):
         conf = jobq_settings()
         names = (
             "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
-            "dedupe_dones", "dedupe_deads", "concurrency_keys", "tags",
+            "dedupe_dones", "dedupe_deads", "concurrency_keys", "tags", "trace_contexts",
         )  # fmt: skip
         params: dict[str, Any] = dict(
             zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
@@ -347,6 +348,7 @@ class ProducerManager(BaseJobManager):
         """Each job checked, with the registered task's defaults, as it will be written; its queue
         added to ``queues``. InvalidJob names the job's index."""
         options: dict[tuple[Any, ...], tuple[str, str, int, int]] = {}  # most jobs share their options
+        trace_context = tracing.carrier()  # the batch's enqueue: one context for all its jobs
         for index, job in enumerate(jobs):
             try:
                 if not isinstance(job, NewJob):
@@ -371,5 +373,16 @@ class ProducerManager(BaseJobManager):
             except InvalidJob as exc:
                 raise type(exc)(f"job {index}: {exc}") from None
             yield NewRow(
-                task, queue, priority, max_attempts, payload, run_at, key, done, dead, concurrency_key, tags
+                task,
+                queue,
+                priority,
+                max_attempts,
+                payload,
+                run_at,
+                key,
+                done,
+                dead,
+                concurrency_key,
+                tags,
+                trace_context,
             )

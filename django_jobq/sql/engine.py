@@ -34,6 +34,7 @@ class NewRow(NamedTuple):
     dedupe_dead: float | None
     concurrency_key: str | None
     tags: str | None  # JSON text of a list of strings; None: no tags
+    trace_context: str | None  # JSON text of the enqueue's trace context (tracing.carrier()); None: none
 
 
 def _last(results: list[Result]) -> Result:

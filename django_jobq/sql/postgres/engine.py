@@ -98,7 +98,9 @@ class PostgresEngine(Engine):
                     copy.write_row((
                         job_id, row.task, row.queue, Jsonb(row.payload, dumps=_as_is), PENDING, row.priority,
                         row.run_at or now, 0, row.max_attempts, row.concurrency_key,
-                        None if row.tags is None else Jsonb(row.tags, dumps=_as_is), no_errors, now,
+                        None if row.tags is None else Jsonb(row.tags, dumps=_as_is),
+                        None if row.trace_context is None else Jsonb(row.trace_context, dumps=_as_is),
+                        no_errors, now,
                     ))  # fmt: skip
             cursor.execute(BULK_WAKE, {**params, "queues": sorted(queues)})
         return list(ids)

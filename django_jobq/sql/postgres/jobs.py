@@ -64,7 +64,7 @@ def _append_error(alias: str, entry: str) -> str:
 CLAIMED_COLUMNS = (
     "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
     "fence", "releases", "snoozes", "worker_id", "lease_until", "dedupe_key", "concurrency_key",
-    "created_at", "started_at", "tags",
+    "created_at", "started_at", "tags", "trace_context",
 )  # fmt: skip
 _TAKE = f"""UPDATE jobq_job AS j
 SET status = {RUNNING}, worker_id = %(worker_id)s, attempts = j.attempts + 1, fence = j.fence + 1,

@@ -18,7 +18,7 @@ __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "ts"]
 CLAIMED_COLUMNS = (
     "id", "task", "queue", "payload", "status", "priority", "run_at", "attempts", "max_attempts",
     "fence", "releases", "snoozes", "worker_id", "lease_until", "dedupe_key", "concurrency_key",
-    "created_at", "started_at", "tags",
+    "created_at", "started_at", "tags", "trace_context",
 )  # fmt: skip
 
 
