@@ -11,6 +11,7 @@ from bench.systems import PEERS, SYSTEMS
 
 JOBQ = "jobq"
 POOLED = "jobq_pgbouncer"  # django-jobq through PgBouncer, held against JOBQ on the same row
+OBSERVED = "jobq_observed"  # django-jobq with metrics and the tracing middleware on, against JOBQ
 DJANGO_TASKS = "jobq_tasks"  # django-jobq through Django's Tasks API, held against native jobq
 CEILING = "psycopg"
 
@@ -90,6 +91,10 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], plan: list[Worklo
             entry["pooled_vs_direct"] = (
                 (jobq / medians[POOLED]) if row.lower_is_better else (medians[POOLED] / jobq)
             )
+        if jobq and medians.get(OBSERVED):
+            entry["observed_vs_plain"] = (
+                (jobq / medians[OBSERVED]) if row.lower_is_better else (medians[OBSERVED] / jobq)
+            )
         reference = _reference(row, results, sizes)
         if jobq and reference:
             label, value = reference
@@ -99,12 +104,17 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], plan: list[Worklo
 
 
 def pooler_lines(table_rows: list[dict[str, Any]]) -> list[str]:
-    """The pooler's cost: django-jobq through PgBouncer as a ratio to direct, per measured row."""
+    """The pooler's and the observability's costs: django-jobq through PgBouncer, and with metrics and
+    the tracing middleware on, as ratios to plain django-jobq, per measured row."""
     return [
         f"{entry['row']}: django-jobq through PgBouncer (transaction mode) = "
         f"{entry['pooled_vs_direct']:.2f}x direct"
         for entry in table_rows
         if "pooled_vs_direct" in entry
+    ] + [
+        f"{entry['row']}: django-jobq with metrics and tracing on = {entry['observed_vs_plain']:.2f}x off"
+        for entry in table_rows
+        if "observed_vs_plain" in entry
     ]
 
 

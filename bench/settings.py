@@ -31,6 +31,7 @@ DATABASES = {
 _APPS = {
     "jobq": ["django_jobq", "bench.jobqapp"],
     "jobq_pgbouncer": ["django_jobq", "bench.jobqapp"],
+    "jobq_observed": ["django_jobq", "bench.jobqapp"],
     "jobq_tasks": ["django_jobq"],
     "tasks_db": ["django_tasks_db"],
     "ox": ["django_ox"],
@@ -41,6 +42,8 @@ INSTALLED_APPS = ["django.contrib.contenttypes", *_APPS.get(SYSTEM, [])]
 # django-jobq: its defaults (LISTEN/NOTIFY wake-ups, 1 s safety-net polling), plus what a workload
 # sets in BENCH_JOBQ (JSON; e.g. the flow-control workloads' QUEUES).
 JOBQ: dict[str, object] = json.loads(os.environ.get("BENCH_JOBQ", "{}"))
+if SYSTEM == "jobq_observed":  # bench.systems.jobq_observed: the tracing middleware on every run
+    JOBQ["MIDDLEWARE"] = ["django_jobq.tracing.middleware"]
 
 # django-jobq through PgBouncer (bench.systems.jobq_pgbouncer): the queue's connections go through the
 # pooler in BENCH_POOLER_URL, LISTEN straight to the server.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bench.systems.base import System
 from bench.systems.chancy_peer import ChancyPeer
 from bench.systems.jobq import Jobq
+from bench.systems.jobq_observed import JobqObserved
 from bench.systems.jobq_pgbouncer import JobqPgbouncer
 from bench.systems.jobq_tasks import JobqTasks
 from bench.systems.oban_peer import Oban
@@ -21,6 +22,7 @@ SYSTEMS: dict[str, type[System]] = {
     for cls in (
         Jobq,
         JobqPgbouncer,
+        JobqObserved,
         JobqTasks,
         Procrastinate,
         Pgqueuer,

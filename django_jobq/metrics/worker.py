@@ -5,6 +5,7 @@ and task names (bounded: names are registered tasks and configured lanes), never
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,7 +49,28 @@ WAIT_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+PROBLEMS = Counter(
+    "jobq_worker_problems",
+    "Warnings and errors the worker, reaper or scheduler logged about their own work (heartbeats, claims, "
+    "writes, the LISTEN connection), by module and level; a job's own failure is not one.",
+    ("source", "level"),
+    registry=REGISTRY,
+)
+
 _connected = threading.Event()
+_connecting = threading.Lock()
+
+
+class ProblemCounter(logging.Handler):
+    """Counts the WARNING and ERROR records of the "django_jobq" logger into PROBLEMS, leaving out the
+    records about a job's outcome (those carry the job's id in ``extra``: the job counters have them)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not hasattr(record, "job_id"):
+            PROBLEMS.labels(record.module, record.levelname.lower()).inc()
 
 
 def _labels(job: Any) -> tuple[str, str]:
@@ -89,14 +111,16 @@ _RECEIVERS = (
 
 
 def connect() -> None:
-    """Count this process's runs from now on (idempotent)."""
-    if _connected.is_set():
-        return
-    for signal, receiver in _RECEIVERS:
-        signal.connect(
-            receiver, weak=False, dispatch_uid=f"django_jobq.metrics.{receiver.__name__}.{id(signal)}"
-        )
-    _connected.set()
+    """Count this process's runs, and its own problems, from now on (idempotent)."""
+    with _connecting:
+        if _connected.is_set():
+            return
+        for signal, receiver in _RECEIVERS:
+            signal.connect(
+                receiver, weak=False, dispatch_uid=f"django_jobq.metrics.{receiver.__name__}.{id(signal)}"
+            )
+        logging.getLogger("django_jobq").addHandler(ProblemCounter())
+        _connected.set()
 
 
 class LanesCollector(Collector):

@@ -81,6 +81,25 @@ def test_the_wait_is_counted_from_when_the_job_was_due():
     assert value("jobq_job_wait_seconds_sum", **labels) == pytest.approx(0.004)
 
 
+def test_the_workers_own_problems_are_counted_by_module_and_level_not_a_jobs_failure():
+    import logging
+
+    log = logging.getLogger("django_jobq")
+    before = {
+        lv: value("jobq_worker_problems_total", source="test_metrics", level=lv)
+        for lv in ("warning", "error")
+    }
+    log.warning("heartbeat failed (connection reset)")
+    log.error("could not give back claimed-ahead jobs")
+    log.error("job 7 is DEAD after attempt 3", extra={"job_id": 7, "task": "t"})  # counted by jobq_jobs_dead
+    log.info("started")
+    after = {
+        lv: value("jobq_worker_problems_total", source="test_metrics", level=lv)
+        for lv in ("warning", "error")
+    }
+    assert (after["warning"] - before["warning"], after["error"] - before["error"]) == (1, 1)
+
+
 def test_connecting_twice_counts_once():
     metrics.connect()
     labels = {"queue": "q", "task": "t.once"}
