@@ -1,4 +1,5 @@
-"""Signals sent by the worker; every one carries ``job`` (the Job as claimed) and ``worker_id``.
+"""Signals sent by the worker; every one carries ``worker_id``, and all but ``jobs_claimed`` ``job`` (the
+Job as claimed).
 
 They are sent robustly: a receiver that raises is logged and never affects the job or the worker."""
 
@@ -16,6 +17,8 @@ job_dead = Signal()  # after the job went DEAD; also ``error``
 job_cancelled = Signal()  # after a run ended CANCELLED (cancel, Discard, discard_on); also ``reason``
 job_snoozed = Signal()  # after a run raised Snooze and the job waits again; also ``delay``
 job_lease_lost = Signal()  # a heartbeat found the job no longer this worker's (reaped, cut off)
+job_rate_limited = Signal()  # a run found no rate-limit permit: the job waits for one; also ``delay``
+jobs_claimed = Signal()  # a lane's claim statement ran; ``lane``, ``asked`` and ``claimed`` (no ``job``)
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

@@ -34,6 +34,17 @@ LEASE_LOST = Counter(
     "jobq_leases_lost", "Running jobs whose lease a heartbeat found lost (reaped, cut off).", LABELS,
     registry=REGISTRY,
 )  # fmt: skip
+RATE_LIMITED = Counter(
+    "jobq_rate_limit_refusals", "Runs that found no rate-limit permit (the job waits for one).", LABELS,
+    registry=REGISTRY,
+)  # fmt: skip
+CLAIMS = Counter("jobq_claims", "Claim statements a lane ran.", ("lane",), registry=REGISTRY)
+CLAIMED = Counter(
+    "jobq_claimed_jobs",
+    "Jobs the lane's claims took (per claim: the batch size).",
+    ("lane",),
+    registry=REGISTRY,
+)
 RUN_SECONDS = Histogram(
     "jobq_job_run_seconds",
     "Run time of the runs that ended DONE.",
@@ -92,6 +103,11 @@ def _succeeded(job: Any, duration: float | None = None, **_: Any) -> None:
         RUN_SECONDS.labels(*labels).observe(duration)
 
 
+def _claimed(lane: str, claimed: int, **_: Any) -> None:
+    CLAIMS.labels(lane).inc()
+    CLAIMED.labels(lane).inc(claimed)
+
+
 def _counting(counter: Counter) -> Any:
     def receive(job: Any, **_: Any) -> None:
         counter.labels(*_labels(job)).inc()
@@ -107,6 +123,8 @@ _RECEIVERS = (
     (signals.job_cancelled, _counting(CANCELLED)),
     (signals.job_snoozed, _counting(SNOOZED)),
     (signals.job_lease_lost, _counting(LEASE_LOST)),
+    (signals.job_rate_limited, _counting(RATE_LIMITED)),
+    (signals.jobs_claimed, _claimed),
 )
 
 

@@ -102,6 +102,9 @@ class DispatchMixin(PauseMixin):
                     free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
                 jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
+                if free:
+                    signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=free,
+                                 claimed=len(jobs))  # fmt: skip
                 if self.burst and len(self.lanes) > 1 and outcomes and self._wrote_capped(outcomes):
                     self._wake_others(lane)  # room under a cap (this lane's claim just took its share)
                 with self._lock:
@@ -308,7 +311,13 @@ class DispatchMixin(PauseMixin):
             except DatabaseError as exc:  # left to its lease
                 logger.error("job %s: could not put it back to wait for a permit (%s)", job.id, exc)
             self._forget(entry)
-            return lambda: None
+            return functools.partial(
+                signals.send,
+                signals.job_rate_limited,
+                job=job,
+                worker_id=self.worker_id,
+                delay=outcome.snooze,
+            )
         try:
             status = self._db(
                 lambda: Job.objects.fail(

@@ -84,6 +84,11 @@ def test_a_real_worker_draining_three_tasks_is_counted_as_the_table_says(fresh_f
         ended = sum(delta(f"jobq_jobs_{n}_total", task) for n in ("succeeded", "retried", "dead"))
         assert delta("jobq_jobs_started_total", task) == ended, task
     assert delta("jobq_job_run_seconds_count", "test.echo") == 10
+    claimed = of(after, "jobq_claimed_jobs_total", lane="mq") - of(
+        before, "jobq_claimed_jobs_total", lane="mq"
+    )
+    assert claimed >= 17  # each of the 17 jobs claimed at least once (an in-slot retry is no new claim)
+    assert of(after, "jobq_claims_total", lane="mq") > of(before, "jobq_claims_total", lane="mq")
     assert delta("jobq_job_wait_seconds_count", "test.echo") == 10
     # the database's figures, read after the drain
     assert of(after, "jobq_queue_jobs", queue="mq", state="dead") == 3

@@ -50,6 +50,7 @@ def test_each_signal_counts_its_outcome_per_queue_and_task():
         "jobq_jobs_started_total", "jobq_jobs_succeeded_total", "jobq_jobs_retried_total",
         "jobq_jobs_dead_total", "jobq_jobs_cancelled_total", "jobq_jobs_snoozed_total",
         "jobq_leases_lost_total", "jobq_job_run_seconds_count", "jobq_job_wait_seconds_count",
+        "jobq_rate_limit_refusals_total",
     )}  # fmt: skip
     j = job()
     signals.send(signals.job_started, job=j, worker_id="w")
@@ -60,11 +61,13 @@ def test_each_signal_counts_its_outcome_per_queue_and_task():
     signals.send(signals.job_cancelled, job=j, worker_id="w", reason="cancelled")
     signals.send(signals.job_snoozed, job=j, worker_id="w", delay=5)
     signals.send(signals.job_lease_lost, job=j, worker_id="w")
+    signals.send(signals.job_rate_limited, job=j, worker_id="w", delay=0.2)
     after = {name: value(name, **labels) - before[name] for name in before}
     assert after == {
         "jobq_jobs_started_total": 1, "jobq_jobs_succeeded_total": 1, "jobq_jobs_retried_total": 2,
         "jobq_jobs_dead_total": 1, "jobq_jobs_cancelled_total": 1, "jobq_jobs_snoozed_total": 1,
         "jobq_leases_lost_total": 1, "jobq_job_run_seconds_count": 1, "jobq_job_wait_seconds_count": 1,
+        "jobq_rate_limit_refusals_total": 1,
     }  # fmt: skip
     assert value("jobq_job_wait_seconds_bucket", **labels, le="2.5") >= 1
     assert value("jobq_job_run_seconds_bucket", **labels, le="0.25") == before["jobq_job_run_seconds_count"]
@@ -98,6 +101,14 @@ def test_the_workers_own_problems_are_counted_by_module_and_level_not_a_jobs_fai
         for lv in ("warning", "error")
     }
     assert (after["warning"] - before["warning"], after["error"] - before["error"]) == (1, 1)
+
+
+def test_claims_count_the_statements_and_the_jobs_they_took_per_lane():
+    before = (value("jobq_claims_total", lane="claimq"), value("jobq_claimed_jobs_total", lane="claimq"))
+    signals.send(signals.jobs_claimed, worker_id="w", lane="claimq", asked=8, claimed=5)
+    signals.send(signals.jobs_claimed, worker_id="w", lane="claimq", asked=8, claimed=0)
+    after = (value("jobq_claims_total", lane="claimq"), value("jobq_claimed_jobs_total", lane="claimq"))
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 5)
 
 
 def test_connecting_twice_counts_once():
