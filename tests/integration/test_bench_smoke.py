@@ -33,7 +33,7 @@ def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 def test_every_system_is_available_or_says_why():
     listing = bench("--list").stdout.splitlines()
     names = {line.split()[0]: line for line in listing}
-    assert set(names) == {"jobq", "jobq_pgbouncer", "jobq_tasks", "psycopg", *PEERS}
+    assert set(names) == {"jobq", "jobq_pgbouncer", "jobq_observed", "jobq_tasks", "psycopg", *PEERS}
     for line in names.values():
         reason = line.rstrip().endswith("available") or any(
             why in line for why in ("not installed", "needs", "failed")
@@ -105,6 +105,19 @@ def test_quick_pgbouncer_column_measures_w2_c4_as_a_ratio_to_direct(tmp_path):
     rows = {row["row"]: row for row in doc["table"]}
     assert rows["W2 c4"]["pooled_vs_direct"] > 0
     assert "W2 c4: django-jobq through PgBouncer (transaction mode) = " in proc.stdout
+
+
+def test_quick_observed_column_measures_w2_as_a_ratio_to_plain(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = bench("--quick", "--systems", "jobq,jobq_observed", "--workloads", "W2", "--json", str(out))
+    doc = json.loads(out.read_text())
+    assert {key for key, per in doc["results"].items() if "jobq_observed" in per} == {"W2 c4", "W2 c16"}
+    for key in ("W2 c4", "W2 c16"):
+        runs = doc["results"][key]["jobq_observed"]
+        assert runs and all("error" not in r for r in runs), runs
+    rows = {row["row"]: row for row in doc["table"]}
+    assert rows["W2 c4"]["observed_vs_plain"] > 0 and rows["W2 c16"]["observed_vs_plain"] > 0
+    assert "W2 c4: django-jobq with metrics and tracing on = " in proc.stdout
 
 
 def test_quick_drain_of_the_newer_peers_with_their_memory_or_a_reason_for_skipping_them(tmp_path):
