@@ -10,6 +10,8 @@ from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ["django_jobq.testing.plugin"]  # the jobq and jobq_eager fixtures, tested as users use them
+
 
 def pytest_collection_modifyitems(config, items):
     """The soak (marker ``soak``, 30 minutes) runs only when ``-m`` names it: ``tox -e soak``."""

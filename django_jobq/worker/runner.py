@@ -132,7 +132,11 @@ def format_error(exc: BaseException) -> str:
 
 
 class SlotRunner:
-    """Executes jobs in one slot thread; owns the slot's event loop for ``async def`` tasks."""
+    """Executes jobs in one slot thread; owns the slot's event loop for ``async def`` tasks.
+
+    ``own_connections``: close this thread's stale connections around each run, as a worker's slot
+    does; False runs on the caller's connection as it is (django_jobq.testing, inside a test's
+    transaction)."""
 
     def __init__(
         self,
@@ -140,11 +144,14 @@ class SlotRunner:
         stopping: threading.Event,
         side_write: SideWrite | None = None,
         wait_to_retry: RetryWait | None = None,
+        *,
+        own_connections: bool = True,
     ):
         self.worker_id = worker_id
         self.stopping = stopping
         self.side_write = side_write
         self.wait_to_retry = wait_to_retry or self._wait_unless_stopping
+        self.own_connections = own_connections
         self._loop: asyncio.Runner | None = None
 
     def _wait_unless_stopping(self, delay: float) -> float | None:
@@ -158,13 +165,15 @@ class SlotRunner:
     def run(
         self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal | None = None
     ) -> Outcome:
-        close_old_connections()
+        if self.own_connections:
+            close_old_connections()
         try:
             return self._run(job, fence, attempt, on_attempt, cancel or CancelSignal())
         except Exception as exc:  # never let a job end the slot: a failure like any other, retried
             return Outcome(fence=fence, attempt=attempt, error=format_error(exc), error_class=class_path(exc))
         finally:
-            close_old_connections()
+            if self.own_connections:
+                close_old_connections()
 
     def _run(
         self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal
