@@ -16,17 +16,19 @@ from .outcomes import Cancelled, Discard, Snooze
 from .validation import dump_json
 
 _api: Any = None  # the opentelemetry modules, imported once; False: not installed
+_tracer: Any = None  # the API's proxy tracer: it follows the provider the project sets, even later
 SYSTEM = "django_jobq"  # messaging.system
 
 
 def _otel() -> Any:
-    global _api
+    global _api, _tracer
     if _api is None:
         try:
             from opentelemetry import context, propagate, trace
         except ImportError:
             _api = False
         else:
+            _tracer = trace.get_tracer("django_jobq")
             _api = (context, propagate, trace)
     return _api
 
@@ -52,6 +54,8 @@ def carrier() -> str | None:
 def _origin(job: Any, propagate: Any, trace: Any) -> list[Any]:
     """The link to the span that enqueued ``job`` (none when it kept no valid context)."""
     stored = getattr(job, "trace_context", None)
+    if stored is None:
+        return []
     if isinstance(stored, str):
         try:
             stored = json.loads(stored)
@@ -70,7 +74,7 @@ def middleware(job: Any, context: Any, call_next: Any) -> Any:
     if not api:
         return call_next()
     otel_context, propagate, trace = api
-    span = trace.get_tracer("django_jobq").start_span(
+    span = _tracer.start_span(
         f"process {job.queue}",
         kind=trace.SpanKind.CONSUMER,
         links=_origin(job, propagate, trace),

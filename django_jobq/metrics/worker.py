@@ -4,7 +4,7 @@ and task names (bounded: names are registered tasks and configured lanes), never
 
 from __future__ import annotations
 
-import datetime as dt
+import functools
 import logging
 import threading
 from collections.abc import Iterator
@@ -84,23 +84,29 @@ class ProblemCounter(logging.Handler):
             PROBLEMS.labels(record.module, record.levelname.lower()).inc()
 
 
-def _labels(job: Any) -> tuple[str, str]:
-    return str(job.queue), str(job.task)
+@functools.lru_cache(maxsize=4096)
+def _child(metric: Any, queue: str, task: str) -> Any:
+    """``metric.labels(queue, task)``, looked up once per queue and task (labels() checks and locks on
+    every call; this runs twice per job)."""
+    return metric.labels(queue, task)
+
+
+def _of(metric: Any, job: Any) -> Any:
+    return _child(metric, str(job.queue), str(job.task))
 
 
 def _started(job: Any, **_: Any) -> None:
-    labels = _labels(job)
-    STARTED.labels(*labels).inc()
-    if job.started_at is not None and job.run_at is not None:
-        due = max(job.run_at, job.created_at) if job.created_at is not None else job.run_at
-        WAIT_SECONDS.labels(*labels).observe(max(0.0, (job.started_at - due) / dt.timedelta(seconds=1)))
+    _of(STARTED, job).inc()
+    started, run_at, created = job.started_at, job.run_at, job.created_at
+    if started is not None and run_at is not None:
+        due = run_at if created is None or created <= run_at else created
+        _of(WAIT_SECONDS, job).observe(max(0.0, (started - due).total_seconds()))
 
 
 def _succeeded(job: Any, duration: float | None = None, **_: Any) -> None:
-    labels = _labels(job)
-    SUCCEEDED.labels(*labels).inc()
+    _of(SUCCEEDED, job).inc()
     if duration is not None:
-        RUN_SECONDS.labels(*labels).observe(duration)
+        _of(RUN_SECONDS, job).observe(duration)
 
 
 def _claimed(lane: str, claimed: int, **_: Any) -> None:
@@ -110,7 +116,7 @@ def _claimed(lane: str, claimed: int, **_: Any) -> None:
 
 def _counting(counter: Counter) -> Any:
     def receive(job: Any, **_: Any) -> None:
-        counter.labels(*_labels(job)).inc()
+        _of(counter, job).inc()
 
     return receive
 
