@@ -4,6 +4,8 @@ Job as claimed).
 They are sent robustly: a receiver that raises is logged and never affects the job or the worker."""
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.dispatch import Signal
@@ -21,10 +23,31 @@ job_rate_limited = Signal()  # a run found no rate-limit permit: the job waits f
 jobs_claimed = Signal()  # a lane's claim statement ran; ``lane``, ``asked`` and ``claimed`` (no ``job``)
 
 
+# django-jobq's own receivers (the metrics), called directly before a signal's Django receivers: a
+# few are sent for every job, and Django's dispatch would cost each more than what it does.
+_hooks: dict[Signal, tuple[Callable[..., Any], ...]] = {}
+_hooking = threading.Lock()
+
+
+def hook(signal: Signal, receiver: Callable[..., Any]) -> None:
+    """Call ``receiver(**kwargs)`` on every send of ``signal`` (once, however often hooked)."""
+    with _hooking:
+        current = _hooks.get(signal, ())
+        if receiver not in current:
+            _hooks[signal] = (*current, receiver)
+
+
 def send(signal: Signal, **kwargs: Any) -> None:
     """Send ``signal`` to every receiver; log (never raise) what a receiver raises."""
     from .tasks import Task
 
+    for hooked in _hooks.get(signal, ()):
+        try:
+            hooked(**kwargs)
+        except Exception:
+            logger.exception("signal receiver %r raised", hooked)
+    if not signal.receivers:
+        return
     for receiver, response in signal.send_robust(sender=Task, **kwargs):
         if isinstance(response, Exception):
             logger.error(

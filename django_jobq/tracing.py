@@ -74,6 +74,8 @@ def middleware(job: Any, context: Any, call_next: Any) -> Any:
     if not api:
         return call_next()
     otel_context, propagate, trace = api
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return call_next()  # no SDK configured: every span would be a no-op; skip building one
     span = _tracer.start_span(
         f"process {job.queue}",
         kind=trace.SpanKind.CONSUMER,

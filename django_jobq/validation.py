@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .exceptions import InvalidJob, InvalidPayload, PayloadTooLarge
@@ -48,12 +50,48 @@ def dump_json(value: Any, *, what: str = "payload") -> str:
     try:
         text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"{what} must be JSON: {exc}") from None
+        raise InvalidPayload(f"{what}{_path_to(value, _not_json)} must be JSON: {exc}") from None
     if "\\u0000" in text and _JSON_NUL.search(text):
-        raise InvalidPayload(f"{what} must not contain NUL characters (\\x00), which PostgreSQL cannot store")
+        where = _path_to(value, lambda leaf: isinstance(leaf, str) and "\x00" in leaf)
+        raise InvalidPayload(
+            f"{what}{where} must not contain NUL characters (\\x00), which PostgreSQL cannot store"
+        )
     if not _utf8(text):
-        raise InvalidPayload(f"{what} contains a lone surrogate, which is not valid UTF-8")
+        where = _path_to(value, lambda leaf: isinstance(leaf, str) and not _utf8(leaf))
+        raise InvalidPayload(f"{what}{where} contains a lone surrogate, which is not valid UTF-8")
     return text
+
+
+def _not_json(leaf: Any) -> bool:
+    if leaf is None or isinstance(leaf, bool | str):
+        return False
+    if isinstance(leaf, float):
+        return not math.isfinite(leaf)
+    if isinstance(leaf, int):
+        try:
+            int.__repr__(leaf)
+        except ValueError:  # more digits than Python prints
+            return True
+        return False
+    return True
+
+
+def _path_to(value: Any, bad: Callable[[Any], bool]) -> str:
+    """Where in ``value`` the first ``bad`` value (or object key) is, as ``['kwargs']['when']``; "" if
+    none is found. Only on the error path: the value was already checked for depth."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for key in item:
+                if bad(key):
+                    return f"{path} (the key {_shown(key)})"
+            stack.extend((item[k], f"{path}[{_shown(k)}]") for k in reversed(list(item)))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+        elif bad(item):
+            return path
+    return ""
 
 
 def _utf8(text: str) -> bool:

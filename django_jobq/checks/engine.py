@@ -21,6 +21,9 @@ def engine_problems(*, tasks: bool = True) -> list[str]:
 
     for queue in sorted(conf.caps()):
         need("queue_caps", f'JOBQ["QUEUES"][{queue!r}]["MAX_RUNNING"]')
+    for queue, options in sorted(conf.queues.items()):
+        if options.rate_limit is not None:
+            need("rate_limits", f'JOBQ["QUEUES"][{queue!r}]["RATE_LIMIT"]')
     for queue in sorted(conf.depth_limits()):
         need("max_depth", f'JOBQ["QUEUES"][{queue!r}]["MAX_DEPTH"]')
     if conf.schedules:

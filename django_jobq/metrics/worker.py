@@ -4,59 +4,51 @@ and task names (bounded: names are registered tasks and configured lanes), never
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import signals
 from . import REGISTRY
+from .tally import Tally
 
 LABELS = ("queue", "task")
 # Run and wait times from a millisecond to an hour.
 BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
-STARTED = Counter("jobq_jobs_started", "Runs started.", LABELS, registry=REGISTRY)
-SUCCEEDED = Counter("jobq_jobs_succeeded", "Runs that ended DONE.", LABELS, registry=REGISTRY)
-RETRIED = Counter("jobq_jobs_retried", "Runs that failed, with a retry scheduled.", LABELS, registry=REGISTRY)
-DEAD = Counter("jobq_jobs_dead", "Runs that ended DEAD (failed for good).", LABELS, registry=REGISTRY)
-CANCELLED = Counter(
-    "jobq_jobs_cancelled", "Runs that ended CANCELLED (cancelled, discarded).", LABELS, registry=REGISTRY
+# The runs per queue and task (tally.py: no lock on the job path).
+RUNS = Tally(
+    counters={
+        "jobq_jobs_started": "Runs started.",
+        "jobq_jobs_succeeded": "Runs that ended DONE.",
+        "jobq_jobs_retried": "Runs that failed, with a retry scheduled.",
+        "jobq_jobs_dead": "Runs that ended DEAD (failed for good).",
+        "jobq_jobs_cancelled": "Runs that ended CANCELLED (cancelled, discarded).",
+        "jobq_jobs_snoozed": "Runs that raised Snooze.",
+        "jobq_leases_lost": "Running jobs whose lease a heartbeat found lost (reaped, cut off).",
+        "jobq_rate_limit_refusals": "Runs that found no rate-limit permit (the job waits for one).",
+    },
+    histograms={
+        "jobq_job_run_seconds": "Run time of the runs that ended DONE.",
+        "jobq_job_wait_seconds": (
+            "From when a job was due (its run_at, or its enqueue if later) to the start of its run."
+        ),
+    },
+    buckets=BUCKETS,
+    labels=LABELS,
 )
-SNOOZED = Counter("jobq_jobs_snoozed", "Runs that raised Snooze.", LABELS, registry=REGISTRY)
-LEASE_LOST = Counter(
-    "jobq_leases_lost", "Running jobs whose lease a heartbeat found lost (reaped, cut off).", LABELS,
-    registry=REGISTRY,
-)  # fmt: skip
-RATE_LIMITED = Counter(
-    "jobq_rate_limit_refusals", "Runs that found no rate-limit permit (the job waits for one).", LABELS,
-    registry=REGISTRY,
-)  # fmt: skip
+REGISTRY.register(RUNS)
 CLAIMS = Counter("jobq_claims", "Claim statements a lane ran.", ("lane",), registry=REGISTRY)
 CLAIMED = Counter(
     "jobq_claimed_jobs",
     "Jobs the lane's claims took (per claim: the batch size).",
     ("lane",),
-    registry=REGISTRY,
-)
-RUN_SECONDS = Histogram(
-    "jobq_job_run_seconds",
-    "Run time of the runs that ended DONE.",
-    LABELS,
-    buckets=BUCKETS,
-    registry=REGISTRY,
-)
-WAIT_SECONDS = Histogram(
-    "jobq_job_wait_seconds",
-    "From when a job was due (its run_at, or its enqueue if later) to the start of its run.",
-    LABELS,
-    buckets=BUCKETS,
     registry=REGISTRY,
 )
 
@@ -84,29 +76,20 @@ class ProblemCounter(logging.Handler):
             PROBLEMS.labels(record.module, record.levelname.lower()).inc()
 
 
-@functools.lru_cache(maxsize=4096)
-def _child(metric: Any, queue: str, task: str) -> Any:
-    """``metric.labels(queue, task)``, looked up once per queue and task (labels() checks and locks on
-    every call; this runs twice per job)."""
-    return metric.labels(queue, task)
-
-
-def _of(metric: Any, job: Any) -> Any:
-    return _child(metric, str(job.queue), str(job.task))
-
-
 def _started(job: Any, **_: Any) -> None:
-    _of(STARTED, job).inc()
+    queue, task = str(job.queue), str(job.task)
+    RUNS.count("jobq_jobs_started", queue, task)
     started, run_at, created = job.started_at, job.run_at, job.created_at
     if started is not None and run_at is not None:
         due = run_at if created is None or created <= run_at else created
-        _of(WAIT_SECONDS, job).observe(max(0.0, (started - due).total_seconds()))
+        RUNS.observe("jobq_job_wait_seconds", queue, task, max(0.0, (started - due).total_seconds()))
 
 
 def _succeeded(job: Any, duration: float | None = None, **_: Any) -> None:
-    _of(SUCCEEDED, job).inc()
+    queue, task = str(job.queue), str(job.task)
+    RUNS.count("jobq_jobs_succeeded", queue, task)
     if duration is not None:
-        _of(RUN_SECONDS, job).observe(duration)
+        RUNS.observe("jobq_job_run_seconds", queue, task, duration)
 
 
 def _claimed(lane: str, claimed: int, **_: Any) -> None:
@@ -114,9 +97,9 @@ def _claimed(lane: str, claimed: int, **_: Any) -> None:
     CLAIMED.labels(lane).inc(claimed)
 
 
-def _counting(counter: Counter) -> Any:
+def _counting(name: str) -> Any:
     def receive(job: Any, **_: Any) -> None:
-        _of(counter, job).inc()
+        RUNS.count(name, str(job.queue), str(job.task))
 
     return receive
 
@@ -124,12 +107,12 @@ def _counting(counter: Counter) -> Any:
 _RECEIVERS = (
     (signals.job_started, _started),
     (signals.job_succeeded, _succeeded),
-    (signals.job_retried, _counting(RETRIED)),
-    (signals.job_dead, _counting(DEAD)),
-    (signals.job_cancelled, _counting(CANCELLED)),
-    (signals.job_snoozed, _counting(SNOOZED)),
-    (signals.job_lease_lost, _counting(LEASE_LOST)),
-    (signals.job_rate_limited, _counting(RATE_LIMITED)),
+    (signals.job_retried, _counting("jobq_jobs_retried")),
+    (signals.job_dead, _counting("jobq_jobs_dead")),
+    (signals.job_cancelled, _counting("jobq_jobs_cancelled")),
+    (signals.job_snoozed, _counting("jobq_jobs_snoozed")),
+    (signals.job_lease_lost, _counting("jobq_leases_lost")),
+    (signals.job_rate_limited, _counting("jobq_rate_limit_refusals")),
     (signals.jobs_claimed, _claimed),
 )
 
@@ -140,9 +123,7 @@ def connect() -> None:
         if _connected.is_set():
             return
         for signal, receiver in _RECEIVERS:
-            signal.connect(
-                receiver, weak=False, dispatch_uid=f"django_jobq.metrics.{receiver.__name__}.{id(signal)}"
-            )
+            signals.hook(signal, receiver)
         logging.getLogger("django_jobq").addHandler(ProblemCounter())
         _connected.set()
 

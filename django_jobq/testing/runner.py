@@ -109,7 +109,7 @@ def unlogged(alias: str) -> Iterator[None]:
                 log.pop()
 
 
-class TestRunner:
+class JobRunner:
     """Claims and runs due jobs one at a time on the calling thread, with the worker's own code for
     the run (middleware, retries, Snooze, Discard, atomic tasks, the signals)."""
 
@@ -238,7 +238,7 @@ def run_jobs(
     job runs once per call: a failed run's retry is due after its backoff, for a later call (move the
     queue's clock to reach it: JOBQ["CLOCK"] = "python" with time-machine); ``retries=False`` sends
     it DEAD at once instead. JobsFailed past ``max_runs`` runs."""
-    runner = TestRunner(queue_list(queue, queues), retries=retries)
+    runner = JobRunner(queue_list(queue, queues), retries=retries)
     done = JobsRun()
     try:
         while (record := runner.run_next()) is not None:

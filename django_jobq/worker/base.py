@@ -16,6 +16,7 @@ from django.db import InterfaceError, OperationalError, connections
 from ..conf import jobq_settings
 from ..models import Job
 from .lanes import Lane, Running
+from .outage import Outage
 
 if TYPE_CHECKING:
     from ..notify.idle_lock import IdleLock
@@ -62,6 +63,7 @@ class WorkerBase:
     exit_code: int  # what the process should exit with (EXIT_STUCK when a lane wedged)
     listener: Listener | None
     idle_lock: IdleLock | None
+    outage: Outage  # the database's unavailability, logged once (worker/outage.py)
     _claimed: int
     _running: dict[tuple[int, int], Running]
     _lock: threading.Lock
@@ -77,7 +79,7 @@ class WorkerBase:
         while True:
             try:
                 Job.objects.bound_statements()
-                return op()
+                result = op()
             except DatabaseError as exc:
                 if not is_connection_error(exc):
                     raise
@@ -95,11 +97,12 @@ class WorkerBase:
                 if (attempts is None and self.hard.is_set()) or (attempts is not None and tries >= attempts):
                     logger.error("worker %s: database unavailable, giving up: %s", self.worker_id, exc)
                     return None
-                logger.warning(
-                    "worker %s: database error (%s); retrying in %.2fs", self.worker_id, exc, delay
-                )
+                self.outage.failed("a statement", exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+            else:
+                self.outage.ok()
+                return result
 
     def _wake_all(self) -> None:
         for lane in self.lanes.values():

@@ -28,8 +28,10 @@ from ..notify import wakeup
 from ..notify.idle_lock import IdleLock
 from ..notify.listener import CLAIM_AGAIN, STATE_CHANGED, Listener
 from ..sql import engine_for
+from . import startup
 from .heartbeat import HeartbeatMixin
 from .lanes import ALL_QUEUES, Lane
+from .outage import Outage
 from .side import SideWriter
 from .slots import SlotMixin
 
@@ -96,6 +98,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.listener = None
         self.idle_lock = None
         self._side_writer = SideWriter()
+        self.outage = Outage(self.worker_id)
         self.paused = frozenset()  # the paused queues, as last read (pausing.PauseMixin)
         self._paused_lock = threading.Lock()
         self._paused_stale = threading.Event()
@@ -111,8 +114,8 @@ class Worker(HeartbeatMixin, SlotMixin):
             self._side_writer.close()
             connections.close_all()
             raise
-        lanes = {q: lane.slots for q, lane in self.lanes.items()}
-        logger.info("worker %s starting: lanes %s", self.worker_id, lanes)
+        logger.info(startup.banner(self))
+        startup.warn_unnamed_lanes(self)
         self._beat(stopped=False)
         self._start()
         try:

@@ -153,11 +153,12 @@ class DispatchMixin(PauseMixin):
                 completed, jobs = Job.objects.complete_and_claim(
                     self.worker_id, done, limit, lane.claims, lease, exclude=exclude
                 )
+                self.outage.ok()
         except DatabaseError as exc:
             connections[jobq_settings().database].close()
             jobs = []
             if is_connection_error(exc):
-                logger.warning("worker %s lane %s: write/claim failed (%s)", self.worker_id, lane.queue, exc)
+                self.outage.failed(f"lane {lane.queue}'s write and claim", exc)
                 completed = self._resolve_unknown(lane, to_write, done)
             else:  # the database refused the batch: one value in it must be bad
                 logger.error("worker %s lane %s: batch refused (%s); writing one by one", self.worker_id,

@@ -15,6 +15,7 @@ from django.db import connections
 from .. import signals
 from ..conf import jobq_settings
 from ..models import Job
+from .base import is_connection_error
 from .dispatch import DispatchMixin
 from .runner import timeout_outcome
 
@@ -36,8 +37,13 @@ class HeartbeatMixin(DispatchMixin):
                     self._heartbeat(conf.lease_seconds)
                 except DatabaseError as exc:
                     connections[conf.database].close()
-                    logger.warning("worker %s: heartbeat failed (%s)", self.worker_id, exc)
+                    if is_connection_error(exc):
+                        self.outage.failed("the heartbeat", exc)
+                    else:
+                        logger.warning("worker %s: heartbeat failed (%s)", self.worker_id, exc)
                     next_beat = time.monotonic() + min(1.0, conf.heartbeat_seconds)
+                else:
+                    self.outage.ok()
 
     def _heartbeat(self, lease: float) -> None:
         with self._lock:  # a run past its timeout too: its job stays ours until its function returns

@@ -355,3 +355,27 @@ def test_cancel_many_by_tags_reads_the_tagged_jobs_only(generic):
     assert "jobq_job_tags" in {n.get("Index Name") for n in plan_nodes(plan)}
     assert_no_table_scan(plan, bitmaps=True)
     assert rows_read(plan) <= 40
+
+
+@pytest.mark.slow
+def test_the_metrics_collectors_statements_read_the_partial_indexes_at_a_million_done_rows():
+    """metrics.database's statements (ACTIVE, DONE_ESTIMATE, PAUSED, HEALTH) never read the DONE
+    history: no table scan, and the pages they touch are those of the backlog, not of the table."""
+    from django_jobq.sql.postgres import stats
+
+    fill(1_000_000, status=2, result="'null'")
+    fill(2_000)  # due backlog
+    fill(200, status=3)  # dead letters
+    fill(50, status=1)  # running
+    analyse()
+    statements = {
+        "ACTIVE": (stats.ACTIVE, {}),
+        "DONE_ESTIMATE": (stats.DONE_ESTIMATE, {}),
+        "PAUSED": (stats.PAUSED, {}),
+        "HEALTH": (stats.HEALTH, {"alive": 10}),
+    }
+    for name, (sql, params) in statements.items():
+        plan = run(sql, params)
+        assert_no_table_scan(plan, bitmaps=True)
+        assert rows_read(plan) <= 2_250, (name, rows_read(plan))
+        assert pages(plan) < 300, (name, pages(plan))  # the table's heap alone is ~12,000 pages

@@ -104,3 +104,25 @@ def test_each_artifact_installs_into_a_fresh_virtualenv_and_works(dist, kind, tm
     )
     assert smoke.returncode == 0, smoke.stderr
     assert smoke.stdout.strip() == "smoke ok 0.1.0"
+
+
+def test_twine_accepts_the_sdist_and_the_wheel(dist):
+    run = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir())],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("PASSED") == 2, run.stdout
+
+
+def test_check_manifest_finds_the_sdist_and_the_committed_files_agree(tmp_path):
+    """On a clone of what is committed (a working tree's new files are not the release's)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: check-manifest compares the sdist with what git tracks")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "check_manifest", str(clone)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr

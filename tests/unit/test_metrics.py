@@ -173,3 +173,60 @@ def test_good_metrics_settings():
     conf = JobqSettings.from_dict({"METRICS_VIEW": "token", "METRICS_TOKEN": "s3cret-s3cret-s3cret"})
     assert (conf.metrics_view, conf.metrics_cache_seconds) == ("token", 5)
     assert JobqSettings.from_dict({}).metrics_view == "off"
+
+
+def test_a_tally_sums_every_threads_figures_into_prometheus_counters_and_histograms():
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from django_jobq.metrics.tally import Tally
+
+    tally = Tally({"t_runs": "Runs."}, {"t_seconds": "Seconds."}, buckets=(0.1, 1.0))
+    registry = CollectorRegistry()
+    registry.register(tally)
+
+    def work(n: int) -> None:
+        for i in range(n):
+            tally.count("t_runs", "q", "a")
+            tally.observe("t_seconds", "q", "a", (0.05, 0.1, 0.5, 7.0)[i % 4])
+
+    threads = [threading.Thread(target=work, args=(1000,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    tally.count("t_runs", "q", "b", 2)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in family.samples
+    }
+    a = (("queue", "q"), ("task", "a"))
+    assert samples[("t_runs_total", a)] == 4000  # no update lost across threads
+    assert samples[("t_runs_total", (("queue", "q"), ("task", "b")))] == 2
+    # le is inclusive: 0.05 and 0.1 fall in le="0.1"; 0.5 in le="1.0"; 7.0 only in +Inf
+    assert samples[("t_seconds_bucket", (("le", "0.1"), *a))] == 2000
+    assert samples[("t_seconds_bucket", (("le", "1.0"), *a))] == 3000
+    assert samples[("t_seconds_bucket", (("le", "+Inf"), *a))] == 4000
+    assert samples[("t_seconds_count", a)] == 4000
+    assert samples[("t_seconds_sum", a)] == pytest.approx(1000 * (0.05 + 0.1 + 0.5 + 7.0))
+
+
+def test_a_receiver_hooked_by_django_jobq_that_raises_is_logged_and_the_others_still_run(caplog):
+    seen = []
+
+    def broken(**kwargs):
+        raise RuntimeError("hook broke")
+
+    signals.hook(signals.job_snoozed, broken)
+    signals.hook(signals.job_snoozed, broken)  # once, however often hooked
+    try:
+        signals.hook(signals.job_snoozed, lambda **kw: seen.append(kw["delay"]))
+        signals.send(signals.job_snoozed, job=job(), worker_id="w", delay=3)
+    finally:
+        signals._hooks[signals.job_snoozed] = tuple(
+            h for h in signals._hooks[signals.job_snoozed] if h is not broken and h.__name__ != "<lambda>"
+        )
+    assert seen == [3]
+    assert [r.getMessage() for r in caplog.records].count(f"signal receiver {broken!r} raised") == 1

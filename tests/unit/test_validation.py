@@ -1,7 +1,9 @@
 """Every value bound for the database is checked in Python first: what PostgreSQL would refuse is
 refused here with a JobqError, and error texts are made storable instead of refused."""
 
+import datetime as dt
 import functools
+import re
 
 import pytest
 
@@ -96,3 +98,19 @@ def test_error_text_is_made_storable_never_refused():
             raise RuntimeError("no")
 
     assert "unrepresentable Hostile" in error_text(Hostile())
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"kwargs": {"when": dt.date(2026, 1, 1)}}, "payload['kwargs']['when'] must be JSON"),
+        ({"rows": [1, {"x": float("nan")}]}, "payload['rows'][1]['x'] must be JSON"),
+        ({"n": 10**5000}, "payload['n'] must be JSON"),
+        ({"a": ["ok", "b\x00c"]}, "payload['a'][1] must not contain NUL"),
+        ({"a": {"k\x00": 1}}, "payload['a'] (the key 'k\\x00') must not contain NUL"),
+        ({"text": "\ud800"}, "payload['text'] contains a lone surrogate"),
+    ],
+)
+def test_a_refused_value_is_named_by_its_path(value, message):
+    with pytest.raises(InvalidPayload, match=re.escape(message)):
+        dump_json(value)

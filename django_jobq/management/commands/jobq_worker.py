@@ -1,3 +1,4 @@
+import logging
 import signal
 import sys
 from typing import Any
@@ -10,6 +11,7 @@ from django_jobq.metrics import worker as worker_metrics
 from django_jobq.reaper import Reaper
 from django_jobq.scheduler import Scheduler
 from django_jobq.worker import Worker, parse_lanes
+from django_jobq.worker.startup import banner
 
 
 class Command(BaseCommand):
@@ -59,6 +61,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.stop())
+        if not logging.getLogger("django_jobq").isEnabledFor(logging.INFO):  # else the worker logs it
+            self.stdout.write(banner(worker))
         try:
             if options["metrics_port"] is not None:
                 with worker_metrics.watching(worker):

@@ -1,0 +1,110 @@
+"""Counters and histograms by queue and task, kept without a lock on the job path: each thread adds to
+plain dicts of its own, and the collector sums every thread's at scrape time.
+
+A job's run updates four of them (started, the wait, succeeded, the run time); prometheus-client's
+labelled metrics take a lock and check their labels on each update, which costs the worker's threads
+little CPU but, under the GIL, delays the lane's dispatcher thread behind them."""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+Key = tuple[str, str, str]  # (metric name, queue, task)
+
+
+class _ThreadTally:
+    """One thread's figures; only that thread writes them."""
+
+    __slots__ = ("counts", "histograms")
+
+    def __init__(self) -> None:
+        self.counts: dict[Key, float] = {}
+        # per key: one count per bucket (the last one +Inf), then the sum of the values
+        self.histograms: dict[Key, list[float]] = {}
+
+
+class Tally(Collector):
+    """Named counters and histograms labelled (queue, task); ``count()`` and ``observe()`` from any
+    thread, ``collect()`` (a registry's scrape) from any other."""
+
+    def __init__(
+        self,
+        counters: dict[str, str],
+        histograms: dict[str, str],
+        buckets: Sequence[float],
+        labels: tuple[str, str] = ("queue", "task"),
+    ) -> None:
+        self.counters, self.histograms_help = counters, histograms
+        self.buckets = tuple(buckets)
+        self.labels = labels
+        self._local = threading.local()
+        self._tallies: list[_ThreadTally] = []  # every thread's, kept after the thread ends
+        self._lock = threading.Lock()  # taken once per thread, to add its tally
+
+    def _mine(self) -> _ThreadTally:
+        try:
+            tally: _ThreadTally = self._local.tally
+        except AttributeError:
+            tally = self._local.tally = _ThreadTally()
+            with self._lock:
+                self._tallies.append(tally)
+        return tally
+
+    def count(self, name: str, queue: str, task: str, amount: float = 1) -> None:
+        counts = self._mine().counts
+        key = (name, queue, task)
+        counts[key] = counts.get(key, 0) + amount
+
+    def observe(self, name: str, queue: str, task: str, value: float) -> None:
+        histograms = self._mine().histograms
+        key = (name, queue, task)
+        row = histograms.get(key)
+        if row is None:
+            row = histograms[key] = [0.0] * (len(self.buckets) + 2)
+        row[bisect_left(self.buckets, value)] += 1  # the first bucket whose bound is >= value
+        row[-1] += value
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def _summed(self) -> tuple[dict[Key, float], dict[Key, list[float]]]:
+        counts: dict[Key, float] = {}
+        histograms: dict[Key, list[float]] = {}
+        with self._lock:
+            tallies = list(self._tallies)
+        for tally in tallies:
+            for key, value in list(tally.counts.items()):  # a copy taken at once, under the GIL
+                counts[key] = counts.get(key, 0) + value
+            for key, row in list(tally.histograms.items()):
+                total = histograms.setdefault(key, [0.0] * len(row))
+                for i, value in enumerate(list(row)):
+                    total[i] += value
+        return counts, histograms
+
+    def collect(self) -> Iterator[Any]:
+        counts, histograms = self._summed()
+        for name, documentation in self.counters.items():
+            counter = CounterMetricFamily(name, documentation, labels=self.labels)
+            for (metric, queue, task), value in sorted(counts.items()):
+                if metric == name:
+                    counter.add_metric([queue, task], value)
+            yield counter
+        bounds = [floatToGoString(b) for b in self.buckets] + ["+Inf"]  # type: ignore[no-untyped-call]
+        for name, documentation in self.histograms_help.items():
+            histogram = HistogramMetricFamily(name, documentation, labels=self.labels)
+            for (metric, queue, task), row in sorted(histograms.items()):
+                if metric != name:
+                    continue
+                cumulative, running = [], 0.0
+                for bound, value in zip(bounds, row[:-1], strict=True):
+                    running += value
+                    cumulative.append((bound, running))
+                histogram.add_metric([queue, task], cumulative, sum_value=row[-1])
+            yield histogram
