@@ -112,7 +112,7 @@ def test_permanent_errors_go_dead_at_once(settings):
     for jid, text in (
         (perm, "PermanentError"),
         (configured, "LookupError"),
-        (bad_result, "result must be JSON"),
+        (bad_result, "result['when'] must be JSON"),
     ):
         job = Job.objects.get(id=jid)
         assert job.status == JobStatus.DEAD and job.attempts == 1, jid
