@@ -17,6 +17,7 @@ from django_jobq.worker.startup import unnamed_lanes
 pytestmark = [pytest.mark.contract]
 
 
+@pytest.mark.django_db  # the engine's checks read the database's settings (SQLite's journal mode)
 def test_a_queue_rate_limit_needs_an_engine_with_rate_limits(settings):
     settings.JOBQ = {**settings.JOBQ, "QUEUES": {"outbox": {"RATE_LIMIT": "2/s"}}}
     errors = [m for m in run_checks() if m.id == "jobq.E009" and "RATE_LIMIT" in m.msg]
