@@ -86,9 +86,10 @@ def test_delayed_job_is_not_claimed_before_run_at(python_clock):
 def test_fail_backoff_defaults_to_jitter_below_the_ceiling(python_clock):
     with time_machine.travel(T0, tick=False):
         delays = []
-        for _ in range(20):
-            jid = Job.objects.enqueue("test.noop", max_attempts=10)
-            Job.objects.claim("w1")
+        for i in range(20):
+            # a queue each: a retry whose jitter came out under SQLite's millisecond is due again at T0
+            jid = Job.objects.enqueue("test.noop", max_attempts=10, queue=f"q{i}")
+            assert Job.objects.claim("w1", queues=[f"q{i}"]).id == jid
             assert Job.objects.fail(jid, "w1", "boom") == JobStatus.PENDING
             delays.append((Job.objects.get(id=jid).run_at - T0).total_seconds())
     assert all(0 <= d <= 5 for d in delays)  # compute_backoff(1) with the default base
