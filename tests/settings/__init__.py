@@ -60,8 +60,8 @@ JOBQ = {
     "BACKOFF_BASE": env.float("JOBQ_BACKOFF_BASE", default=5),
     "QUEUES": env.json("JOBQ_QUEUES", default={}),
 }
-for _key in ("DONE_RETENTION_SECONDS", "DEAD_RETENTION_SECONDS", "REAP_INTERVAL"):
-    if f"JOBQ_{_key}" in env:  # the reliability tests prune within seconds
+for _key in ("DONE_RETENTION_SECONDS", "DEAD_RETENTION_SECONDS", "REAP_INTERVAL", "SCHEDULE_GRACE_SECONDS"):
+    if f"JOBQ_{_key}" in env:  # the reliability tests prune within seconds, widen a grace
         JOBQ[_key] = env.float(f"JOBQ_{_key}")
 LOGGING = {
     "version": 1,
