@@ -17,7 +17,7 @@ from django.db import Error as DatabaseError
 from django.db import close_old_connections, transaction
 from django.utils.module_loading import import_string
 
-from .. import signals
+from .. import signals, validation
 from ..backoff import RetryPolicy
 from ..conf import jobq_settings
 from ..context import CancelSignal, JobContext
@@ -124,9 +124,10 @@ def class_path(exc: BaseException) -> str:
 
 
 def format_error(exc: BaseException) -> str:
-    """The exception with its traceback (no local variables, so no settings or secrets)."""
+    """The exception with its traceback (no local variables, so no settings or secrets), as it is
+    stored and logged: NUL and lone surrogates escaped, cut to the stored length."""
     try:
-        return "".join(traceback.format_exception(exc)).rstrip()
+        return validation.error_text("".join(traceback.format_exception(exc)).rstrip())
     except Exception:  # a hostile __str__ or traceback
         return f"{type(exc).__module__}.{type(exc).__qualname__} (its message could not be formatted)"
 

@@ -54,14 +54,22 @@ def assert_dead_with_clear_errors(ids: dict[str, int]) -> None:
     assert "unexpected keyword argument 'c'" in jobs["forged-extra"].last_error
 
 
-def test_hostile_outcomes_go_dead_and_the_lane_serves_the_rest():
+def test_hostile_outcomes_go_dead_and_the_lane_serves_the_rest(caplog):
     good = Job.objects.enqueue_many(NewJob("test.echo", {"n": i}) for i in range(40))
     hostile = enqueue_hostile()
     worker = Worker({"default": 3}, burst=True)
-    worker.run()
+    with caplog.at_level("INFO", logger="django_jobq"):
+        worker.run()
     assert worker.processed == len(good) + len(hostile)
     assert Job.objects.filter(id__in=good, status=JobStatus.DONE).count() == len(good)
     assert_dead_with_clear_errors(hostile)
+    # what the worker logs of them encodes as UTF-8 (a lone surrogate in a log line breaks a
+    # UTF-8 log file or collector): escaped, as in the stored error
+    dead_lines = [r.getMessage() for r in caplog.records if "is DEAD after attempt" in r.getMessage()]
+    assert len(dead_lines) >= len(hostile)
+    for line in dead_lines:
+        line.encode("utf-8")
+    assert any("lone \\ud800 surrogate" in line for line in dead_lines)
 
 
 def test_a_raising_receiver_never_costs_a_job_or_the_worker():
