@@ -16,7 +16,7 @@ ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
 DEMO_SQLITE = env.path("DEMO_SQLITE_PATH", default=BASE_DIR / "example_project" / "demo.sqlite3")
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DEMO_SQLITE}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # IMMEDIATE: a transaction takes SQLite's write lock when it begins (README, Engines).
+    # IMMEDIATE: a transaction takes SQLite's write lock when it begins (docs/reference/engines.md).
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
     SILENCED_SYSTEM_CHECKS = ["models.W040"]  # SQLite ignores one index's included column
 USE_TZ = True

@@ -295,7 +295,7 @@ def call_options(task: Any) -> None:
 def option_problems(alias: str, options: Any, queues: Any) -> list[CheckMessage]:
     """jobq.E101-E104: the backend's OPTIONS and QUEUES."""
     where = f"TASKS[{alias!r}]"
-    hint = "See 'Using Django's Tasks API' in README.md."
+    hint = "See docs/guide/django-tasks.md."
     if not isinstance(options, dict):
         return [
             Error(

@@ -29,7 +29,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             check_id = "jobq.E006"
         elif message.startswith('JOBQ["LISTEN_DATABASE"]'):
             check_id = "jobq.E007"
-        return [Error(message, hint="See the configuration reference in README.md.", id=check_id)]
+        return [Error(message, hint="See docs/reference/configuration.md.", id=check_id)]
     errors: list[CheckMessage] = []
     if conf.database not in connections:
         errors.append(
@@ -107,8 +107,8 @@ def _routing(conf: JobqSettings) -> list[CheckMessage]:
             f'JOBQ["DATABASE"] is {conf.database!r}, but the database routers send jobq\'s reads to '
             f"{read!r} and writes to {write!r}"
             + ("" if migrates else f", and do not allow its migrations on {conf.database!r}"),
-            hint='Add "django_jobq.routers.JobqRouter" to DATABASE_ROUTERS (see README, "The queue on '
-            'its own database").',
+            hint='Add "django_jobq.routers.JobqRouter" to DATABASE_ROUTERS (see '
+            "docs/operations/separate-database.md).",
             id="jobq.E008",
         )
     ]
@@ -122,7 +122,7 @@ def _engine(alias: str) -> list[CheckMessage]:
     except ConfigurationError as exc:
         hint = "Point JOBQ['DATABASE'] at a PostgreSQL or SQLite database."
         return [Error(str(exc), hint=hint, id="jobq.E003")]
-    hint = "See README.md, Engines."
+    hint = "See docs/reference/engines.md."
     found: list[CheckMessage] = [Error(p, hint=hint, id="jobq.E009") for p in problems]
     errors, warnings = engine_setup_problems(alias)
     found += [Error(p, hint=hint, id="jobq.E010") for p in errors]

@@ -149,7 +149,7 @@ class BaseJobManager(models.Manager["Job"]):
         the application's settings. Not with JOBQ["POOL_MODE"] = "transaction": a session setting
         would stay on whichever server connection ran it, for the pooler's other clients, and miss
         the ones this session's later transactions get (the pooler's server connections carry the
-        bounds instead, see README "PgBouncer")."""
+        bounds instead, see docs/operations/pgbouncer.md)."""
         if jobq_settings().pool_mode == "transaction":
             return
         wrapper = self.connection

@@ -11,7 +11,7 @@ from ..exceptions import ConfigurationError
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """One engine's features (README, "Engines", has the table)."""
+    """One engine's features (docs/reference/engines.md has the table)."""
 
     engine: str
     listen_notify: bool  # LISTEN/NOTIFY wake-ups across processes (else: polling and in-process wake-ups)
@@ -28,7 +28,7 @@ class Capabilities:
         if not getattr(self, feature):
             raise ConfigurationError(
                 f"{what} is not available on the {self.engine} engine ({feature}); "
-                "see README.md, Engines, for what each engine supports"
+                "see docs/reference/engines.md for what each engine supports"
             )
 
     def missing(self) -> list[str]:

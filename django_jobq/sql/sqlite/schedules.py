@@ -1,6 +1,6 @@
 """SQLite: schedules and their ticks (sql/postgres/schedules.py has the pass and the guarantees).
 
-A pass's transaction (transaction.atomic on the queue's database, IMMEDIATE as the README's settings
+A pass's transaction (transaction.atomic on the queue's database, IMMEDIATE as the engines reference's settings
 make it) holds SQLite's write lock from its start, so passes of several scheduler processes run one
 after the other and never take the same schedule at once; the tick table's primary key still
 publishes each tick once whatever moves next_run_at back.
