@@ -7,7 +7,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django_jobq.models import Job, JobStatus
 from tests.integration.conftest import dead_job, make_job, running_job
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db]
 
 JOBS = "/admin/django_jobq/job/"
 DEAD = "/admin/django_jobq/deadjob/"

@@ -11,7 +11,7 @@ from django.test import Client
 from django_jobq import dashboard
 from django_jobq.models import Job, QueueState, WorkerRecord
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db]
 
 DASHBOARD = "/admin/django_jobq/job/dashboard/"
 QUEUE = "/admin/django_jobq/job/dashboard/queue/"

@@ -9,7 +9,7 @@ from django_jobq.models import Job, JobStatus
 from tests.conftest import start_worker, wait_until
 from tests.testapp.models import Execution
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.p0

@@ -17,7 +17,7 @@ from django_jobq.notify.listener import connection_params
 from django_jobq.ratelimit import TokenBucket
 from tests.conftest import ROOT, child_env, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.p0, pytest.mark.django_db]
 
 SESSIONS = """
     SELECT pid FROM pg_stat_activity

@@ -31,7 +31,7 @@ from django_jobq.notify.listener import connection_params
 from django_jobq.registry import find_task
 from tests.testapp import dtasks
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db(transaction=True)]
 
 
 def backend() -> JobqBackend:

@@ -16,7 +16,7 @@ from tests.conftest import start_worker, wait_until
 from tests.testapp import dtasks
 from tests.testapp.models import Execution
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db(transaction=True)]
 
 
 def run_burst(lanes=None, **options) -> Worker:

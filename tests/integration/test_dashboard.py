@@ -14,7 +14,7 @@ from django_jobq.sql.postgres import stats
 from tests.conftest import explain, plan_nodes
 from tests.integration.conftest import dead_job, make_job, running_job
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db]
 
 JOBS = "/admin/django_jobq/job/"
 DEAD = "/admin/django_jobq/deadjob/"

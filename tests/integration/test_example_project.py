@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django_jobq.models import Job
 from example_project.shop.models import Order
 
-pytestmark = [pytest.mark.integration, pytest.mark.p1, pytest.mark.django_db]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.p1, pytest.mark.django_db]
 
 
 def test_search_view_deduplicates_active_searches(client):

@@ -22,7 +22,7 @@ from django_jobq.worker import Worker
 from tests.conftest import start_worker, wait_until
 from tests.integration.conftest import dead_job, make_job, running_job
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing]
 
 URL = "/jobq/metrics/"
 

@@ -10,7 +10,7 @@ from django.db import OperationalError
 from django_jobq.managers import JobManager, NewJob
 from django_jobq.models import Job, QueueState
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db]
 
 
 def run(*args: str) -> str:

@@ -15,7 +15,7 @@ from django.test import Client
 from django_jobq.checks import check_settings
 from django_jobq.models import Job, Schedule, ScheduleSource
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db]
 
 LIST = "/admin/django_jobq/schedule/"
 ADD = "/admin/django_jobq/schedule/add/"

@@ -16,7 +16,7 @@ from django_jobq.management.commands import jobq_stats
 from django_jobq.models import Job, JobStatus, WorkerRecord
 from tests.conftest import ROOT, child_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing, pytest.mark.django_db]
 
 
 def seed() -> None:

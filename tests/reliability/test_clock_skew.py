@@ -89,7 +89,8 @@ def test_a_skewed_worker_and_scheduler_decide_on_the_database_clock(offset, proc
     future = Job.objects.enqueue("test.ledger", {"ms": 0}, delay=5)  # due in 5 s
     future_run_at = Job.objects.get(id=future).run_at
     longer = Job.objects.enqueue("test.ledger", {"ms": 0, "first_run_seconds": 3 * LEASE})
-    tick = sql("SELECT date_trunc('minute', now())")[0][0]  # this minute's tick: due, inside the (widened) grace
+    # this minute's tick: due, inside the (widened) grace
+    tick = sql("SELECT date_trunc('minute', now())")[0][0]
     Schedule.objects.create(name="skew", task="test.noop", cron="* * * * *")
     Schedule.objects.filter(name="skew").update(next_run_at=tick)
 

@@ -3,7 +3,11 @@
 import ast
 from pathlib import Path
 
+import pytest
+
 import django_jobq.registry as registry
+
+pytestmark = [pytest.mark.unit]
 
 FORBIDDEN = ("models", "managers", "admin", "worker", "backend", "tasks")
 
