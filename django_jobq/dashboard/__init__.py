@@ -1,6 +1,6 @@
 """The queue's figures, read-only: what the admin dashboard and ``manage.py jobq_stats`` show.
 
-``snapshot()`` runs seven bounded statements (django_jobq.sql.postgres.stats) and returns a frozen
+``snapshot()`` runs seven bounded statements (eight with the table's upkeep) (django_jobq.sql.postgres.stats) and returns a frozen
 Snapshot; ``check()`` compares one with health thresholds; ``format_table()`` renders one for a terminal.
 """
 
@@ -24,6 +24,7 @@ from ..registry import registered_tasks
 from ..sql import engine_of
 from ..status import JobStatus
 from .limits import TaskLimits, format_rate, limited_tasks, task_limits
+from .table import TableFigures, table_figures
 from .text import WORKERS_RECENT_SECONDS
 from .text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
 from .text import format_table as format_table  # re-exported: dashboard.format_table
@@ -115,6 +116,7 @@ class Snapshot:
     unserved: tuple[str, ...]  # queues with due jobs that no live worker serves (by its lanes), not paused
     paused: tuple[PausedQueue, ...]  # sorted by name
     tasks: tuple[TaskLimits, ...]  # the registered tasks with a cap or a rate limit, by name
+    table: TableFigures | None = None  # jobq_job's size and dead rows (PostgreSQL, when asked for)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
@@ -154,8 +156,9 @@ class ExceptionClass(models.Func):
         return super().as_sql(compiler, connection, function, template, arg_joiner, **extra_context)
 
 
-def snapshot(*, exact: bool = False) -> Snapshot:
-    """Read every figure. ``exact=True`` counts DONE jobs even in a large table (a full pass)."""
+def snapshot(*, exact: bool = False, upkeep: bool = False) -> Snapshot:
+    """Read every figure. ``exact=True`` counts DONE jobs even in a large table (a full pass);
+    ``upkeep=True`` adds jobq_job's size, dead rows and last vacuum (one catalogue read)."""
     connection = connections[jobq_settings().database]
     engine = engine_of(connection)  # refuses a database without an engine
     sql = engine.stats
@@ -234,6 +237,7 @@ def snapshot(*, exact: bool = False) -> Snapshot:
         unserved=_unserved(queues, workers),
         paused=paused,
         tasks=task_limits(limited, dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {}),
+        table=table_figures(connection, {}) if upkeep else None,
     )
 
 

@@ -49,6 +49,8 @@ def format_table(snap: Snapshot) -> str:
                 t.rate_limit or "-",
             ))  # fmt: skip
         out += _columns(limits)
+    if snap.table is not None:
+        out.append(format_upkeep(snap))
     out.append("")
     if snap.workers:
         rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]
@@ -63,6 +65,31 @@ def format_table(snap: Snapshot) -> str:
     else:
         out.append(f"no worker seen in the last {WORKERS_RECENT_SECONDS // 60} minutes")
     return "\n".join(out)
+
+
+def format_upkeep(snap: Snapshot) -> str:
+    """jobq_job's size, dead rows and last vacuum on one line."""
+    t = snap.table
+    assert t is not None
+    vacuumed = (
+        "never"
+        if t.vacuumed_at is None
+        else f"{format_seconds((snap.now - t.vacuumed_at).total_seconds())} ago"
+    )
+    return (
+        f"table jobq_job: {format_bytes(t.table_bytes)} (indexes {format_bytes(t.index_bytes)}), "
+        f"~{t.live_rows} live rows, {t.dead_rows} dead ({t.dead_share:.0%}), last vacuum {vacuumed}"
+    )
+
+
+def format_bytes(size: int) -> str:
+    """A size: "812 B", "64.0 KiB", "84.2 MiB", "1.3 GiB"."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
 
 
 def _or_dash(value: int | None) -> str:

@@ -14,7 +14,10 @@
 # while it runs. To choose other values, run your own ALTER TABLE jobq_job SET (...) (or RESET (...)):
 # this migration runs once and never overwrites them afterwards.
 
+from typing import Any
+
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 SETTINGS = {
     "autovacuum_vacuum_scale_factor": "0.02",
@@ -26,14 +29,14 @@ SETTINGS = {
 }
 
 
-def set_storage(apps, schema_editor):
+def set_storage(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     values = ", ".join(f"{name} = {value}" for name, value in SETTINGS.items())
     schema_editor.execute(f"ALTER TABLE jobq_job SET ({values})")
 
 
-def reset_storage(apps, schema_editor):
+def reset_storage(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute(f"ALTER TABLE jobq_job RESET ({', '.join(SETTINGS)})")

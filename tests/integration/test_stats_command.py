@@ -214,3 +214,35 @@ def test_stats_show_depth_and_running_against_their_limits(settings):
     call_command("jobq_stats", "--json", stdout=out)
     queue = next(q for q in json.loads(out.getvalue())["queues"] if q["queue"] == "capped")
     assert (queue["pending"], queue["max_depth"], queue["running"], queue["max_running"]) == (1, 100, 1, 4)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_job_tables_size_dead_rows_and_last_vacuum():
+    """The upkeep line: what vacuum has to do, and when it last did it (PostgreSQL's statistics)."""
+    from django.db import connection
+
+    if connection.pg_version < 150000:
+        pytest.skip("pg_stat_force_next_flush() is PostgreSQL 15+")
+
+    def flushed_stats() -> dict:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        out, _, _ = stats("--json")
+        return json.loads(out)["table"]
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM jobq_job")
+    ids = [Job.objects.enqueue("test.echo") for _ in range(200)]
+    Job.objects.filter(id__in=ids).update(priority=5)  # 200 dead row versions
+    before = flushed_stats()
+    assert before["dead_rows"] >= 200 and before["live_rows"] >= 200
+    assert before["table_bytes"] > 0 and before["index_bytes"] > 0 and before["vacuumed_at"] is not None
+    text, _, _ = stats()
+    assert "table jobq_job: " in text and " dead (" in text and "last vacuum " in text
+
+    vacuumed_before = dt.datetime.fromisoformat(before["vacuumed_at"])
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM jobq_job")
+    after = flushed_stats()
+    assert after["dead_rows"] < before["dead_rows"]
+    assert dt.datetime.fromisoformat(after["vacuumed_at"]) >= vacuumed_before

@@ -85,7 +85,7 @@ class Command(BaseCommand):
 
     def _report(self, options: dict[str, Any], thresholds: dict[str, Any]) -> int:
         try:
-            snap = dashboard.snapshot(exact=options["exact"])
+            snap = dashboard.snapshot(exact=options["exact"], upkeep=True)
         except DatabaseError as exc:
             raise CommandError(f"cannot read the queue's figures: {exc}", returncode=EXIT_UNREADABLE) from exc
         problems = dashboard.check(snap, **thresholds)

@@ -89,6 +89,17 @@ SELECT (SELECT count(*) FROM jobq_worker
        pg_table_size('jobq_job'::regclass), pg_indexes_size('jobq_job'::regclass)
 """
 
+# table: jobq_job's upkeep for jobq_stats: its size and its indexes' in bytes (the files' sizes), the
+# live and dead row versions the statistics collector counted, and when it was last vacuumed and
+# analysed (by hand or by autovacuum). Reads the catalogue and the statistics views only: constant cost.
+TABLE = """
+SELECT pg_table_size(s.relid), pg_indexes_size(s.relid), s.n_live_tup, s.n_dead_tup,
+       greatest(s.last_vacuum, s.last_autovacuum), greatest(s.last_analyze, s.last_autoanalyze),
+       s.autovacuum_count
+FROM pg_stat_user_tables AS s
+WHERE s.relid = 'jobq_job'::regclass
+"""
+
 # workers: the workers whose heartbeat was seen in the last %(recent)s seconds, newest first, at most
 # %(limit)s (jobq_worker_seen index), with how long ago each was seen.
 WORKERS = f"""

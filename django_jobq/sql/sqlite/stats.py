@@ -3,6 +3,7 @@ the PostgreSQL ones, under the same names). Read-only, except DELETE_INACTIVE. S
 planner statistics of a table's rows, so DONE jobs are always counted (DONE_COUNT), up to the
 caller's limit."""
 
+from ..engine import Unsupported
 from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, each, plus
 
 ACTIVE = f"""
@@ -44,6 +45,9 @@ SELECT (SELECT count(*) FROM jobq_worker
        (SELECT (julianday(expires_at) - julianday({NOW})) * 86400.0 FROM jobq_lease WHERE name = 'reaper'),
        NULL, NULL
 """
+
+# table: no such figures (a SQLite database is one file, vacuumed by hand): jobq_stats leaves them out.
+TABLE = Unsupported("table_figures", "jobq_job's size and dead rows")
 
 WORKERS = f"""
 SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at,
