@@ -48,7 +48,7 @@ def run_demo() -> str:
 def test_demo_command_drains_what_it_enqueued():
     text = run_demo()
     assert "duplicate, not enqueued" in text and "refused, rolled back" in text
-    assert "after:  PENDING=0, RUNNING=0, DONE=7, DEAD=0" in text
+    assert "after:  PENDING=0, RUNNING=0, DONE=8, DEAD=1" in text  # the unknown SKU's restock
     assert "orders confirmed: 2 of 2" in text
     assert "receipts sent (django.tasks): ada@example.com, cy@example.com" in text
 
@@ -57,9 +57,9 @@ def test_demo_command_drains_what_it_enqueued():
 def test_demo_starts_from_a_clean_slate_each_run():
     run_demo()
     text = run_demo()
-    assert "clean slate: removed 7 job(s) and 2 order(s) of an earlier run" in text
-    assert "before: PENDING=7, RUNNING=0, DONE=0, DEAD=0" in text
-    assert "after:  PENDING=0, RUNNING=0, DONE=7, DEAD=0" in text
+    assert "clean slate: removed 9 job(s) and 2 order(s) of an earlier run" in text
+    assert "before: PENDING=9, RUNNING=0, DONE=0, DEAD=0" in text
+    assert "after:  PENDING=0, RUNNING=0, DONE=8, DEAD=1" in text
     assert "orders confirmed: 2 of 2" in text
 
 

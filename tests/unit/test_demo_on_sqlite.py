@@ -35,10 +35,13 @@ def test_demo_runs_on_sqlite_with_no_database_server_named(tmp_path):
     out = manage("demo")
     assert "search 'coffee beans': duplicate, not enqueued" in out
     assert "order for bob@example.com: refused, rolled back" in out
-    assert "before: PENDING=7, RUNNING=0, DONE=0, DEAD=0" in out
-    assert "after:  PENDING=0, RUNNING=0, DONE=7, DEAD=0" in out
+    assert "before: PENDING=9, RUNNING=0, DONE=0, DEAD=0" in out
+    assert "after:  PENDING=0, RUNNING=0, DONE=8, DEAD=1" in out  # the unknown SKU's restock
+    assert "schedule 'nightly-restock' (30 2 * * *): next run at " in out and "next run at ?" not in out
     assert "receipts sent (django.tasks): ada@example.com, cy@example.com" in out
     assert "orders confirmed: 2 of 2" in out
     assert f"(database {str(database)!r})" in out
     stats = manage("jobq_stats")
     assert "DONE" in stats or "done" in stats
+    again = manage("demo")  # a clean slate each time: the schedule and the dead letter are made anew
+    assert "after:  PENDING=0, RUNNING=0, DONE=8, DEAD=1" in again

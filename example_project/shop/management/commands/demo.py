@@ -9,10 +9,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from django_jobq.models import Job, WorkerRecord
+from django_jobq.models import Job, Schedule, WorkerRecord
+from django_jobq.scheduler import Scheduler
 from django_jobq.worker import Worker
 from example_project.shop.models import Order
-from example_project.shop.tasks import confirm_order, email_receipt, search
+from example_project.shop.tasks import confirm_order, email_receipt, restock, search
 
 DEMO_USER = ("demo", "demo")  # the example site's admin login, printed at the end; never for a real site
 
@@ -38,6 +39,9 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"order for {email}: " + ("refused, rolled back" if cents <= 0 else f"#{order.pk}")
             )
+        for sku in ("beans-1kg", "oat-milk"):  # the second SKU is unknown: a dead letter
+            self.stdout.write(f"restock {sku!r}: job {restock.enqueue(sku=sku)}")
+        self.schedule_nightly_restock()
         self.stdout.write(f"before: {self._counts()}")
         worker = Worker({"interactive": 4, "outbox": 2, "emails": 1}, burst=True)
         worker.run()
@@ -52,11 +56,22 @@ class Command(BaseCommand):
         self.stdout.write(f"receipts sent (django.tasks): {', '.join(sent)}")
         self.explain()
 
+    def schedule_nightly_restock(self) -> None:
+        """A cron schedule, as the admin would create it; one scheduler pass gives it its next tick."""
+        Schedule.objects.create(
+            name="nightly-restock", task=restock.name, cron="30 2 * * *", payload={"sku": "beans-1kg"}
+        )
+        Scheduler().run_once()
+        schedule = Schedule.objects.get(name="nightly-restock")
+        when = schedule.next_run_at.isoformat(timespec="minutes") if schedule.next_run_at else "?"
+        self.stdout.write(f"schedule 'nightly-restock' (30 2 * * *): next run at {when}")
+
     def clean_slate(self) -> None:
         """Remove what an earlier run left (this is the example site's own database), so counts start at 0."""
         jobs, _ = Job.objects.all().delete()
         orders, _ = Order.objects.all().delete()
         WorkerRecord.objects.all().delete()
+        Schedule.objects.filter(name="nightly-restock").delete()
         if jobs or orders:
             self.stdout.write(f"clean slate: removed {jobs} job(s) and {orders} order(s) of an earlier run")
 
@@ -78,6 +93,11 @@ class Command(BaseCommand):
             "  - Each order also enqueued its receipt with Django's own Tasks API (@task from\n"
             "    django.tasks, TASKS on django_jobq.backend.JobqBackend): a row in the same table and\n"
             "    transaction, run by the same worker, its result read with get_result().\n"
+            "  - 2 restocks were enqueued; the second names an unknown SKU, so its task raised\n"
+            "    PermanentError and the job became a dead letter at once (the ERROR above): retrying\n"
+            "    cannot fix it. The admin's dead letters show it, ready to requeue once the SKU exists.\n"
+            "  - A cron schedule, nightly-restock, was created and one scheduler pass gave it its next\n"
+            "    tick; `manage.py jobq_scheduler` publishes each tick once, however many run.\n"
             "  - A worker with three lanes (interactive: 4 slots, outbox: 2, emails: 1) ran every due job,\n"
             "    stored each result, and exited once nothing was due (--burst).\n"
             "\nTry next:\n"
@@ -87,6 +107,8 @@ class Command(BaseCommand):
             f"    {prefix}{python} manage.py runserver\n"
             "    then open http://127.0.0.1:8000/admin/django_jobq/job/dashboard/ and log in as "
             f"{username!r}, password {password!r}\n"
+            "    (the dead letter: /admin/django_jobq/deadjob/, the schedule:\n"
+            "    /admin/django_jobq/schedule/)\n"
             f"  - run the demo again: it starts from a clean slate (database {database['NAME']!r})\n"
         )
 
