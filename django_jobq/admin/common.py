@@ -121,6 +121,23 @@ def ago(moment: dt.datetime | None, now: dt.datetime) -> str:
     return "-" if moment is None else dashboard.format_seconds((now - moment).total_seconds())
 
 
+OVERDUE_HEARTBEATS = 2  # a worker whose last heartbeat is older than this many intervals is "overdue"
+
+
+def heartbeat_state(last_seen_at: dt.datetime, stopped_at: dt.datetime | None, now: dt.datetime) -> str:
+    """A worker's heartbeat in words: "alive, last beat 3s ago", "overdue: last beat 47s ago (4 beats
+    missed)" once OVERDUE_HEARTBEATS beats were missed (killed, hung or cut off: its jobs come back
+    when their leases expire), or "stopped 2m05s ago"."""
+    if stopped_at is not None:
+        return f"stopped {ago(stopped_at, now)} ago"
+    age = max(0.0, (now - last_seen_at).total_seconds())
+    interval = jobq_settings().heartbeat_seconds
+    missed = int(age // interval)
+    if missed >= OVERDUE_HEARTBEATS:
+        return f"overdue: last beat {dashboard.format_seconds(age)} ago ({missed} beats missed)"
+    return f"alive, last beat {dashboard.format_seconds(age)} ago"
+
+
 # -- times: one format everywhere ------------------------------------------------------------------------
 # Tables show how long ago (or how soon) with the exact time on hover; a job's page shows the exact time
 # with how long ago after it. The exact time is always EXACT_FORMAT in the current time zone.

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 
 from .. import dashboard
 from ..conf import jobq_settings
-from ..models import Job
+from ..models import Job, WorkerRecord
 from ..sql import engine_of
 from ..status import JobStatus
 from .cancelling import CancelActions
@@ -29,6 +29,7 @@ from .common import (
     TaskFilter,
     exact_time,
     first_line,
+    heartbeat_state,
     log,
     pretty_json,
     progress_bar,
@@ -105,7 +106,7 @@ class JobAdmin(CancelActions, RequeueActions):
                 )
             },
         ),
-        ("Lease", {"fields": ("worker_id", "lease_display")}),
+        ("Lease", {"fields": ("worker_id", "worker_heartbeat", "lease_display")}),
         ("Payload and result", {"fields": ("payload_pretty", "result_pretty")}),
         ("Errors", {"fields": ("last_error_pretty", "error_history")}),
     )
@@ -125,6 +126,7 @@ class JobAdmin(CancelActions, RequeueActions):
         "finished_at_display",
         "duration",
         "worker_id",
+        "worker_heartbeat",
         "lease_display",
         "payload_pretty",
         "result_pretty",
@@ -263,6 +265,25 @@ class JobAdmin(CancelActions, RequeueActions):
             dashboard.format_seconds(-left),
             exact_time(obj.lease_until),
         )
+
+    @admin.display(description="worker's heartbeat")
+    def worker_heartbeat(self, obj: Job) -> str:
+        """For a RUNNING job: whether its worker still beats (a killed one shows "overdue")."""
+        if obj.status != JobStatus.RUNNING or not obj.worker_id:
+            return "-"
+        record = WorkerRecord.objects.using(jobq_settings().database).filter(worker_id=obj.worker_id).first()
+        if record is None:
+            return "no heartbeat recorded for this worker"
+        return heartbeat_state(record.last_seen_at, record.stopped_at, timezone.now())
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        """A DEAD or CANCELLED job's errors come right after its summary: they are why one opens it."""
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or obj.status not in (JobStatus.DEAD, JobStatus.CANCELLED):
+            return fieldsets
+        errors = [f for f in fieldsets if f[0] == "Errors"]
+        rest = [f for f in fieldsets if f[0] != "Errors"]
+        return [rest[0], *errors, *rest[1:]]
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: Job) -> SafeString:

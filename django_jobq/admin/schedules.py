@@ -18,8 +18,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from .. import ticks
 from ..conf import jobq_settings
@@ -46,10 +46,8 @@ def zone_of(schedule: Schedule) -> str:
 
 @admin.register(Schedule)
 class ScheduleAdmin(_ScheduleModelAdmin):
-    list_display = (
-        "name", "task", "spec_display", "zone_display", "enabled", "next_run_local", "next_run_utc",
-        "last_tick", "source",
-    )  # fmt: skip
+    # the zone under the rule and UTC under the local time: 1,400 px hold every column
+    list_display = ("name", "task_display", "spec_display", "enabled_display", "next_run", "last_tick")
     list_filter = ("enabled", "source")
     search_fields = ("name", "task")
     actions = ("enable_schedules", "disable_schedules", "run_schedules_now")
@@ -77,37 +75,52 @@ class ScheduleAdmin(_ScheduleModelAdmin):
         super().save_model(request, obj, form, change)
 
     # -- columns ---------------------------------------------------------------------------------------
-    @admin.display(description="when")
-    def spec_display(self, obj: Schedule) -> str:
-        return f"daily at {obj.at}" if obj.at else obj.spec
+    @admin.display(description="task", ordering="task")
+    def task_display(self, obj: Schedule) -> SafeString:
+        return _breakable(obj.task, ".")
 
-    @admin.display(description="zone")
-    def zone_display(self, obj: Schedule) -> str:
-        return obj.timezone or f"{zone_of(obj)} (default)"
+    @admin.display(description="when (zone)")
+    def spec_display(self, obj: Schedule) -> SafeString:
+        rule = f"daily at {obj.at}" if obj.at else obj.spec
+        zone = obj.timezone or f"{zone_of(obj)} (default)"
+        return format_html('{}<br><span class="jobq-muted">{}</span>', rule, _breakable(zone, "/"))
 
-    @admin.display(description="next run (its zone)", ordering="next_run_at")
-    def next_run_local(self, obj: Schedule) -> str:
-        return _in_zone(obj.next_run_at, zone_of(obj))
+    @admin.display(description="state (source)", ordering="enabled")
+    def enabled_display(self, obj: Schedule) -> SafeString:
+        state = (
+            mark_safe('<span class="jobq-status jobq-done">enabled</span>')
+            if obj.enabled
+            else mark_safe('<span class="jobq-status jobq-cancelled">disabled</span>')
+        )
+        return format_html('{}<br><span class="jobq-muted">{}</span>', state, obj.get_source_display())
 
-    @admin.display(description="next run (UTC)", ordering="next_run_at")
-    def next_run_utc(self, obj: Schedule) -> str:
-        return _in_zone(obj.next_run_at, "UTC")
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, obj: Schedule) -> SafeString | str:
+        if obj.next_run_at is None:
+            return "-"
+        return format_html(
+            '{}<br><span class="jobq-muted">{}</span>',
+            _in_zone(obj.next_run_at, zone_of(obj)),
+            _in_zone(obj.next_run_at, "UTC"),
+        )
 
     @admin.display(description="last tick", ordering="last_tick_at")
     def last_tick(self, obj: Schedule) -> SafeString | str:
         return time_cell(obj.last_tick_at)
 
     def get_list_display(self, request: HttpRequest) -> Any:
-        """With a "Run now" button per row for those who may run schedules. The button submits the
-        changelist's own form (its CSRF token included) to the run view: no form nested in a form."""
+        """With a "Run now" button per row, under the last tick, for those who may run schedules. The
+        button submits the changelist's own form (its CSRF token included) to the run view: no form
+        nested in a form."""
         if not self.has_run_permission(request):
             return self.list_display
-        return (*self.list_display, "run_button")
+        return (*self.list_display[:-1], "last_tick_and_run")
 
-    @admin.display(description="")
-    def run_button(self, obj: Schedule) -> SafeString:
+    @admin.display(description="last tick", ordering="last_tick_at")
+    def last_tick_and_run(self, obj: Schedule) -> SafeString:
         return format_html(
-            '<button type="submit" class="button" formaction="{}" formmethod="post">Run now</button>',
+            '{}<br><button type="submit" class="button" formaction="{}" formmethod="post">Run now</button>',
+            time_cell(obj.last_tick_at),
             reverse("admin:django_jobq_schedule_run", args=[obj.pk]),
         )
 
@@ -180,6 +193,12 @@ class ScheduleAdmin(_ScheduleModelAdmin):
         logger.info("schedule %s run now by %s (admin): job %s", schedule.name, user, job_id)
         log(request, [schedule], CHANGE, f"Run now: job {job_id}")
         self.message_user(request, f"{schedule.name}: job {job_id} enqueued.", messages.SUCCESS)
+
+
+def _breakable(text: str, separator: str) -> SafeString:
+    """``text`` with a line break allowed after each ``separator`` (America/<wbr>Argentina/<wbr>…), so
+    a long task or zone name wraps in a narrow column instead of widening the table."""
+    return format_html_join(mark_safe(f"{separator}<wbr>"), "{}", ((part,) for part in text.split(separator)))
 
 
 def _in_zone(moment: dt.datetime | None, zone: str) -> str:

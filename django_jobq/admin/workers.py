@@ -9,10 +9,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from .. import dashboard
-from ..conf import jobq_settings
 from ..models import WorkerRecord
-from .common import OnQueueDatabase, ago, lanes_text, time_cell
+from .common import OnQueueDatabase, heartbeat_state, lanes_text, time_cell
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _WorkerModelAdmin = admin.ModelAdmin[WorkerRecord]
@@ -43,11 +41,7 @@ class WorkerRecordAdmin(_WorkerModelAdmin):
 
     @admin.display(description="state")
     def state(self, obj: WorkerRecord) -> str:
-        if obj.stopped_at is not None:
-            return f"stopped {ago(obj.stopped_at, timezone.now())} ago"
-        silent = (timezone.now() - obj.last_seen_at).total_seconds()
-        alive = silent <= dashboard.ALIVE_HEARTBEATS * jobq_settings().heartbeat_seconds
-        return "alive" if alive else f"silent for {dashboard.format_seconds(silent)}"
+        return heartbeat_state(obj.last_seen_at, obj.stopped_at, timezone.now())
 
     @admin.display(description="started", ordering="started_at")
     def started(self, obj: WorkerRecord) -> SafeString | str:

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from django_jobq.models import Job, JobStatus, WorkerRecord
+from django_jobq.models import Job, JobStatus, Schedule, ScheduleSource, ScheduleTick, WorkerRecord
 from tests.conftest import ROOT
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -154,6 +154,18 @@ def seed() -> Job:
     WorkerRecord.objects.create(
         worker_id="web-2:311", hostname="web-2", pid=311, lanes={"default": 3}, running=3
     )
+    # schedules of both sources, one with a long name, a time zone and a published tick
+    Schedule.objects.create(
+        name="nightly-inventory-reconciliation-for-every-warehouse", task="shop.reconcile_inventory",
+        cron="30 2 * * 1-5", timezone="America/Argentina/Buenos_Aires", next_run_at=now + dt.timedelta(hours=7),
+        last_tick_at=now - dt.timedelta(hours=17), source=ScheduleSource.SETTINGS,
+    )  # fmt: skip
+    Schedule.objects.create(
+        name="morning-digest", task="shop.send_digest", at="07:15", next_run_at=now + dt.timedelta(minutes=12)
+    )
+    ScheduleTick.objects.create(
+        schedule="morning-digest", tick=now - dt.timedelta(hours=1), job_id=dead[0].pk, published_at=now
+    )
     return dead[0]
 
 
@@ -276,6 +288,7 @@ PAGES = {
     "delete": "/admin/django_jobq/deadjob/{dead}/delete/",
     "workers": "/admin/django_jobq/workerrecord/",
     "worker": "/admin/django_jobq/workerrecord/{worker}/change/",
+    "schedules": "/admin/django_jobq/schedule/",
 }
 
 # The page's layout, measured in the browser: the breadcrumbs' style against the admin's own variables,

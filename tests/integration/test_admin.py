@@ -10,7 +10,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from django_jobq.models import Job, JobStatus
+from django_jobq.models import Job, JobStatus, WorkerRecord
 from django_jobq.sql.postgres import stats
 from tests.integration.conftest import dead_job, make_job, running_job
 
@@ -125,6 +125,38 @@ def test_detail_shows_payload_result_error_history_and_lease_read_only(
     assert '<progress class="jobq-progress">…</progress> 5 done' in page
     assert "jobq-requeue-link" not in page
     assert "deletelink" not in page  # no delete button for a RUNNING job
+
+
+def test_a_dead_or_cancelled_jobs_errors_come_before_its_timing_and_payload(admin_client):
+    dead = dead_job()
+    page = admin_client.get(f"{JOBS}{dead.pk}/change/").content.decode()
+    assert page.index("ValueError: boom #3") < page.index("Timing") < page.index("Payload and result")
+    cancelled = make_job(status=JobStatus.CANCELLED, finished_at=timezone.now(), last_error="Discarded: gone")
+    page = admin_client.get(f"{JOBS}{cancelled.pk}/change/").content.decode()
+    assert page.index("Discarded: gone") < page.index("Timing")
+    done = make_job(status=JobStatus.DONE, finished_at=timezone.now(), last_error="an earlier attempt failed")
+    page = admin_client.get(f"{JOBS}{done.pk}/change/").content.decode()
+    assert page.index("Timing") < page.index("an earlier attempt failed")  # a DONE job keeps the usual order
+
+
+def test_a_running_jobs_page_says_when_its_workers_heartbeat_is_overdue(admin_client, settings):
+    settings.JOBQ = {**settings.JOBQ, "HEARTBEAT_SECONDS": 5}
+    now = timezone.now()
+    WorkerRecord.objects.create(worker_id="host-1:42", hostname="host-1", pid=42, lanes={"default": 1},
+                                last_seen_at=now - dt.timedelta(seconds=2))  # fmt: skip
+    WorkerRecord.objects.create(worker_id="host-2:7", hostname="host-2", pid=7, lanes={"default": 1},
+                                last_seen_at=now - dt.timedelta(seconds=47))  # fmt: skip
+    beating = running_job()
+    killed = running_job(worker_id="host-2:7")
+    page = admin_client.get(f"{JOBS}{beating.pk}/change/").content.decode()
+    assert "alive, last beat 2s ago" in page and "overdue" not in page
+    page = admin_client.get(f"{JOBS}{killed.pk}/change/").content.decode()
+    assert "overdue: last beat 47s ago (9 beats missed)" in page
+    unknown = running_job(worker_id="host-3:1")
+    assert "no heartbeat recorded" in admin_client.get(f"{JOBS}{unknown.pk}/change/").content.decode()
+
+    workers = admin_client.get("/admin/django_jobq/workerrecord/").content.decode()
+    assert "alive, last beat 2s ago" in workers and "overdue: last beat 47s ago" in workers
 
 
 @pytest.mark.p0
