@@ -41,6 +41,7 @@ def test_a_stale_run_rolls_its_effects_back(worker_thread):
     assert not Execution.objects.exists()
 
 
+@pytest.mark.serial  # kills a worker: never beside other database tests
 @pytest.mark.p0
 def test_sigkill_inside_the_task_after_its_writes_leaves_neither_effect_nor_done():
     job_id = Job.objects.enqueue("test.atomic_record", {"then": "die"})

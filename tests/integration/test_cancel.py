@@ -210,6 +210,7 @@ def test_a_thousand_cancels_race_a_draining_queue_and_each_job_ends_once():
     assert max(runs.values()) == 1
 
 
+@pytest.mark.serial  # kills a worker or cuts its link: never beside other database tests
 @pytest.mark.slow
 @pytest.mark.p0
 def test_a_worker_cut_off_from_the_database_never_overrides_a_cancel(tmp_path):

@@ -150,6 +150,7 @@ def test_sigterm_during_short_runs_gives_claimed_ahead_jobs_back_without_using_a
     assert not pending.exclude(attempts=0, releases=0).exists()  # given back, never a release
 
 
+@pytest.mark.serial  # kills a worker or cuts its link: never beside other database tests
 @pytest.mark.slow
 @pytest.mark.p0
 def test_sigkill_with_jobs_claimed_ahead_loses_none_and_runs_each_once():
@@ -200,6 +201,7 @@ def test_jobs_claimed_ahead_never_wait_behind_a_long_run_while_another_worker_is
         worker.wait(10)
 
 
+@pytest.mark.serial  # kills a worker or cuts its link: never beside other database tests
 @pytest.mark.slow
 @pytest.mark.p0
 def test_a_cut_link_never_lets_a_worker_start_a_claimed_ahead_job_another_worker_took(

@@ -154,6 +154,7 @@ def test_worker_and_reaper_drain_2000_jobs_through_pgbouncer_polling_only(pooler
     assert server_settings(pooler) == {defaults()}
 
 
+@pytest.mark.serial  # kills a worker or cuts its link: never beside other database tests
 @pytest.mark.p0
 def test_sigkilled_worker_jobs_are_recovered_through_pgbouncer(pooler):
     jid = Job.objects.enqueue("test.slow_first_attempt", {"seconds": 60})

@@ -90,6 +90,7 @@ def test_the_cap_holds_between_in_process_workers_and_other_lanes_keep_serving(s
     assert max(sampler.samples) == 1
 
 
+@pytest.mark.serial  # kills a worker or cuts its link: never beside other database tests
 @pytest.mark.slow
 def test_a_killed_capped_worker_frees_its_slot_once_its_job_is_reaped():
     env = {"JOBQ_QUEUES": json.dumps({"capped": {"MAX_RUNNING": 1}}), "JOBQ_LEASE_SECONDS": "2",
