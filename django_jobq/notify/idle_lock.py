@@ -19,7 +19,7 @@ import psycopg
 
 from ..conf import jobq_settings
 from ..sql.postgres.listen import IDLE_LOCK_RELEASE, IDLE_LOCK_SESSION, IDLE_LOCK_TAKE, IDLE_LOCK_TAKEN
-from .listener import HEALTH_CHECK_SECONDS, listen_params
+from .listener import HEALTH_CHECK_SECONDS, LostCallback, log_loss, listen_params
 
 logger = logging.getLogger("django_jobq")
 
@@ -34,9 +34,17 @@ class IdleLock(threading.Thread):
     enqueues committed while it was being taken sent no notification. A session the server ends
     (pg_terminate_backend, a restart) is noticed at once: the lock is taken again on a new one."""
 
-    def __init__(self, wake_all: Callable[[], None]):
+    def __init__(
+        self,
+        wake_all: Callable[[], None],
+        on_lost: LostCallback | None = None,
+        on_connected: Callable[[], None] | None = None,
+    ):
+        """``on_lost`` and ``on_connected``: as the Listener's."""
         super().__init__(name="jobq-idle-lock", daemon=True)
         self.wake_all = wake_all
+        self.on_lost = on_lost or log_loss
+        self.on_connected = on_connected
         self.stopping = threading.Event()
         self.held = threading.Event()
         self._mutex = threading.Lock()  # guards _starved and _bell
@@ -92,12 +100,14 @@ class IdleLock(threading.Thread):
                     conn.execute(IDLE_LOCK_SESSION)
                     self._conn = conn
                     delay = 0.1
+                    if self.on_connected is not None:
+                        self.on_connected()
                     self._serve(conn, bell)
             except psycopg.Error as exc:
                 self.held.clear()
                 if self.stopping.is_set():
                     return
-                logger.warning("idle lock connection lost (%s); reconnecting in %.1fs", exc, delay)
+                self.on_lost("idle lock connection", exc)
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
             finally:

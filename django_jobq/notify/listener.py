@@ -50,15 +50,32 @@ def listen_params(application_name: str) -> dict[str, Any]:
     return {**params, "application_name": application_name}
 
 
+LostCallback = Callable[[str, BaseException], None]
+
+
+def log_loss(what: str, exc: BaseException) -> None:
+    logger.warning("%s lost (%s); reconnecting", what, exc)
+
+
 class Listener(threading.Thread):
     """Calls ``wake(payload)`` for every notification (a queue's name, or STATE_CHANGED); ``wake(None)``
     after each (re)connect, since notifications sent while it was disconnected are lost (polling finds
     those jobs, and that state, anyway)."""
 
-    def __init__(self, wake: Callable[[str | None], None], stopping: threading.Event):
+    def __init__(
+        self,
+        wake: Callable[[str | None], None],
+        stopping: threading.Event,
+        on_lost: LostCallback | None = None,
+        on_connected: Callable[[], None] | None = None,
+    ):
+        """``on_lost(what, exc)`` and ``on_connected()`` report the connection's losses and recoveries
+        (a worker summarises them with its other outages); without them each loss is logged."""
         super().__init__(name="jobq-listener", daemon=True)
         self.wake = wake
         self.stopping = stopping
+        self.on_lost = on_lost or log_loss
+        self.on_connected = on_connected
         self.connected = threading.Event()
         conf = jobq_settings()
         self.channel = conf.notify_channel
@@ -72,13 +89,15 @@ class Listener(threading.Thread):
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     self.connected.set()
                     delay = 0.1
+                    if self.on_connected is not None:
+                        self.on_connected()
                     self.wake(None)
                     self._listen(conn)
             except psycopg.Error as exc:
                 self.connected.clear()
                 if self.stopping.is_set():
                     return
-                logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, delay)
+                self.on_lost("LISTEN connection", exc)
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
         self.connected.clear()

@@ -155,9 +155,10 @@ class Worker(HeartbeatMixin, SlotMixin):
                 self._spawn(f"jobq-slot-{lane.queue}-{n}", self._slot, lane, n)
         self._spawn("jobq-heartbeat", self._heartbeat_loop)
         if self.listen:
-            self.listener = Listener(self._on_notify, self.finished)
+            # their connections' losses join the worker's outage log (once, summarised, its end)
+            self.listener = Listener(self._on_notify, self.finished, self.outage.failed, self.outage.ok)
             self.listener.start()
-            self.idle_lock = IdleLock(self._wake_all)
+            self.idle_lock = IdleLock(self._wake_all, self.outage.failed, self.outage.ok)
             self.idle_lock.start()
         elif self.wake_in_process:
             wakeup.register(self._on_notify)

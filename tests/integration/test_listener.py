@@ -79,7 +79,41 @@ def test_an_unreachable_listen_database_is_reported_and_retried(settings, caplog
             stopping.set()
             listener.join(10)
     lost = [r.getMessage() for r in caplog.records if "LISTEN connection lost" in r.getMessage()]
-    assert lost and "127.0.0.1" in lost[0] and "reconnecting in" in lost[0]
+    assert lost and "127.0.0.1" in lost[0] and "reconnecting" in lost[0]
+
+
+def test_a_workers_listener_reports_its_losses_to_the_outage_log_once(settings, caplog):
+    """In a worker, the listener's failed reconnects join the worker's outage: one line when it
+    starts, however many attempts fail, then one when a connection is made again."""
+    from django_jobq.worker.outage import Outage
+
+    jobq(settings, LISTEN_DATABASE=UNREACHABLE)
+    stopping, outage = threading.Event(), Outage("w-1")
+    listener = Listener(lambda payload: None, stopping, outage.failed, outage.ok)
+    with caplog.at_level(logging.WARNING, logger="django_jobq"):
+        listener.start()
+        try:
+            wait_until(lambda: outage.failures >= 3, timeout=30, message="three failed reconnects")
+        finally:
+            stopping.set()
+            listener.join(10)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "connection lost" in m]  # no line per attempt
+    unreachable = [m for m in messages if "unreachable" in m]
+    assert len(unreachable) == 1 and "LISTEN connection" in unreachable[0] and "127.0.0.1" in unreachable[0]
+
+    jobq(settings, LISTEN_DATABASE="default")  # the database answers again: the end, logged once
+    stopping = threading.Event()
+    listener = Listener(lambda payload: None, stopping, outage.failed, outage.ok)
+    with caplog.at_level(logging.WARNING, logger="django_jobq"):
+        listener.start()
+        try:
+            assert listener.connected.wait(10)
+        finally:
+            stopping.set()
+            listener.join(10)
+    assert outage.started is None
+    assert len([r for r in caplog.records if "reachable again" in r.getMessage()]) == 1
 
 
 class Finisher(threading.Thread):
