@@ -19,7 +19,7 @@ import psycopg
 
 from ..conf import jobq_settings
 from ..sql.postgres.listen import IDLE_LOCK_RELEASE, IDLE_LOCK_SESSION, IDLE_LOCK_TAKE, IDLE_LOCK_TAKEN
-from .listener import HEALTH_CHECK_SECONDS, LostCallback, log_loss, listen_params
+from .listener import HEALTH_CHECK_SECONDS, LostCallback, listen_params, log_loss
 
 logger = logging.getLogger("django_jobq")
 

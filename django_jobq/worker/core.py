@@ -85,6 +85,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.wake_in_process = conf.notify and not self._engine_listens()
         self.reaper = reaper
         self.scheduler = scheduler
+        self.started = threading.Event()  # its threads run (a supervisor waits for this)
         self.stopping = threading.Event()
         self.abandon = threading.Event()
         self.hard = threading.Event()
@@ -118,6 +119,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         startup.warn_unnamed_lanes(self)
         self._beat(stopped=False)
         self._start()
+        self.started.set()
         try:
             while not self.stopping.is_set() and not all(lane.done.is_set() for lane in self.lanes.values()):
                 self.stopping.wait(0.1)

@@ -1,3 +1,4 @@
+import functools
 import logging
 import signal
 import sys
@@ -10,6 +11,8 @@ from django_jobq.management import metrics_options
 from django_jobq.metrics import worker as worker_metrics
 from django_jobq.reaper import Reaper
 from django_jobq.scheduler import Scheduler
+from django_jobq.supervisor import EXIT_RESTART_LIMIT, Plan, Supervisor, link
+from django_jobq.supervisor import options as supervision
 from django_jobq.worker import Worker, parse_lanes
 from django_jobq.worker.startup import banner
 
@@ -38,19 +41,64 @@ class Command(BaseCommand):
         parser.add_argument(
             "--scheduler", action="store_true", help="also publish due schedules in this process"
         )
-        parser.add_argument("--worker-id", default=None, help="default: host:pid:random")
+        parser.add_argument(
+            "--worker-id", default=None,
+            help="default: host:pid:random; under --processes, the supervisor's id (default: host:pid)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--processes", type=int, default=1,
+            help="run this many worker processes under a supervisor (default: 1, no supervisor)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--max-memory", type=float, default=None, metavar="MIB",
+            help="replace a worker process whose resident memory exceeds this (starts a supervisor)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--max-restarts", type=int, default=None,
+            help=f"supervisor: exit {EXIT_RESTART_LIMIT} after more unplanned exits than this within "
+            f"--restart-window (default: {supervision.DEFAULT_MAX_RESTARTS})",
+        )  # fmt: skip
+        parser.add_argument(
+            "--restart-window", type=float, default=None, metavar="SECONDS",
+            help=f"supervisor: the window of --max-restarts (default: {supervision.DEFAULT_RESTART_WINDOW:g})",
+        )  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            plan = supervision.plan(options)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if plan is not None:
+            self._supervise(plan, options)
+            return
         with metrics_options.serving(options):
             self._run(options)
 
+    def _supervise(self, plan: Plan, options: dict[str, Any]) -> None:
+        try:
+            parse_lanes(options["queues"], options["concurrency"])  # refused here, not by every process
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        supervisor = Supervisor(plan, functools.partial(supervision.worker_argv, options))
+        if not logging.getLogger("django_jobq.supervisor").isEnabledFor(logging.INFO):
+            self.stdout.write(supervisor.banner())
+        code = supervisor.run()
+        self.stdout.write(supervisor.summary())
+        if code:
+            sys.exit(code)  # EXIT_RESTART_LIMIT: too many unplanned exits; let the platform see it
+
     def _run(self, options: dict[str, Any]) -> None:
+        try:
+            sock = link.from_environment()  # a supervisor started this process
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         try:
             worker = Worker(
                 parse_lanes(options["queues"], options["concurrency"]),
                 worker_id=options["worker_id"],
                 burst=options["burst"],
-                max_jobs=options["max_jobs"],
+                # Supervised, --max-jobs asks for a replacement and the worker runs on until SIGTERM.
+                max_jobs=options["max_jobs"] if sock is None else None,
                 grace=options["grace"],
                 poll_interval=options["poll_interval"],
                 listen=not options["no_listen"],
@@ -61,6 +109,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.stop())
+        if sock is not None:
+            link.Link(sock, worker, options["max_jobs"]).start()
         if not logging.getLogger("django_jobq").isEnabledFor(logging.INFO):  # else the worker logs it
             self.stdout.write(banner(worker))
         try:
