@@ -1,4 +1,5 @@
-"""The task bodies every system runs: a no-op, a 50 ms sleep (I/O-bound work) and a start-time probe."""
+"""The task bodies every system runs: a no-op, a 50 ms sleep (I/O-bound work) and a start-time probe;
+and pure-Python work that holds the interpreter lock (bench.processes)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ def sleep() -> None:
 
 async def asleep() -> None:
     await asyncio.sleep(SLEEP_SECONDS)
+
+
+def spin(loops: int) -> int:
+    """CPU-bound work in pure Python (about 20 ms at 200,000 loops on this benchmark's machine)."""
+    total = 0
+    for i in range(loops):
+        total += i * i % 7
+    return total
 
 
 def record_start(key: int) -> None:

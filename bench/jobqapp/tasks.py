@@ -15,3 +15,8 @@ def sleep() -> None:
 @django_jobq.task(name="bench.latency")
 def latency(key: int) -> None:
     work.record_start(key)
+
+
+@django_jobq.task(name="bench.spin")
+def spin(loops: int) -> int:
+    return work.spin(loops)
