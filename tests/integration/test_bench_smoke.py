@@ -150,3 +150,19 @@ def test_quick_run_of_the_django_tasks_column(tmp_path):
     assert "jobq_tasks" not in doc["results"]["W2 c16"] and "jobq_tasks" not in doc["results"]["W1 bulk"]
     targets = {t["target"]: t for t in doc["targets"]}
     assert targets["django.tasks W2 c4 >= 0.9x native"]["value"] is not None
+
+
+def test_quick_run_of_the_cpu_bound_processes_workload(tmp_path):
+    """bench.processes drains the same jobs with one worker process and with two (no timing asserted)."""
+    out = tmp_path / "processes.json"
+    env = child_env()
+    env.pop("DJANGO_SETTINGS_MODULE")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.processes", "--jobs", "20", "--loops", "1000", "--rounds", "1",
+         "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert set(doc["runs"]) == {"1", "2"} and all(len(r) == 1 and r[0] > 0 for r in doc["runs"].values())
+    assert doc["ratios"]["1"] == 1.0
