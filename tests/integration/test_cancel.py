@@ -3,12 +3,14 @@ a running task within a heartbeat (``context.cancelled``; asyncio cancellation f
 its run ends CANCELLED whatever it returns, never retried; Snooze and Discard end a run without
 spending an attempt or a dead letter; a worker cut off from the database never overrides a cancel."""
 
+import datetime as dt
 import random
 import threading
 from collections import Counter
 
 import pytest
 from django.db import connection, connections
+from django.utils import timezone
 
 from django_jobq import CancelOutcome
 from django_jobq.managers import NewJob
@@ -114,6 +116,21 @@ def test_past_max_snoozes_a_snooze_is_an_ordinary_failure(fast, settings, worker
     job = Job.objects.get(id=job_id)
     assert (job.status, job.snoozes) == (JobStatus.DEAD, 2)
     assert "MAX_SNOOZES" in job.last_error
+
+
+def test_a_snoozed_job_of_a_capped_task_gives_its_place_to_the_next(fast, worker_thread):
+    """A cap of one: the first job snoozes for an hour, and the second runs meanwhile (a snoozed job
+    is PENDING, so it holds none of the task's running places)."""
+    worker_thread()
+    sleeper = Job.objects.enqueue("test.capped_snoozer", {"seconds": 3600})
+    wait_until(lambda: Job.objects.get(id=sleeper).snoozes == 1, message="the first job snoozed")
+    runner = Job.objects.enqueue("test.capped_snoozer", {"seconds": 0})
+    wait_until(lambda: finished(runner), message="the second job ran")
+    second = Job.objects.get(id=runner)
+    first = Job.objects.get(id=sleeper)
+    assert second.status == JobStatus.DONE
+    assert (first.status, first.attempts, first.snoozes) == (JobStatus.PENDING, 0, 1)
+    assert first.run_at > timezone.now() + dt.timedelta(minutes=59)
 
 
 @pytest.mark.parametrize(

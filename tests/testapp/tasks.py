@@ -328,6 +328,14 @@ def snoozer(context, times: int, seconds: float = 0.0):
     return {"snoozes": context.job.snoozes, "attempt": context.attempt}
 
 
+@django_jobq.task(name="test.capped_snoozer", max_running=1, takes_context=True)
+def capped_snoozer(context, seconds: float = 0.0):
+    """One at a time (a cap of 1): snoozes ``seconds`` on its first run when asked to, else returns."""
+    if seconds and not context.job.snoozes:
+        raise django_jobq.Snooze(seconds)
+    return {"snoozes": context.job.snoozes}
+
+
 @django_jobq.task(name="test.bad_snooze")
 def bad_snooze(seconds):
     raise django_jobq.Snooze(float(seconds) if seconds in ("nan", "inf") else seconds)
