@@ -15,29 +15,29 @@ if django.VERSION >= (6, 0):
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 else:  # pragma: no cover - exercised in the Django 5.2 environment
-    from django_tasks import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from django_tasks import (  # type: ignore[no-redef,import-not-found,assignment,unused-ignore]
         TaskContext,
         TaskResult,
         TaskResultStatus,
         task,
         task_backends,
     )
-    from django_tasks.backends.base import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from django_tasks.backends.base import (  # type: ignore[no-redef,import-not-found,assignment,unused-ignore]
         BaseTaskBackend,
     )
-    from django_tasks.base import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from django_tasks.base import (  # type: ignore[no-redef,import-not-found,assignment,unused-ignore]
         TASK_MAX_PRIORITY,
         TASK_MIN_PRIORITY,
         Task,
         TaskError,
     )
-    from django_tasks.exceptions import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from django_tasks.exceptions import (  # type: ignore[no-redef,import-not-found,assignment,unused-ignore]
         InvalidTaskError as InvalidTask,
     )
-    from django_tasks.exceptions import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from django_tasks.exceptions import (  # type: ignore[no-redef,import-not-found,assignment,unused-ignore]
         TaskResultDoesNotExist,
     )
-    from django_tasks.signals import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from django_tasks.signals import (  # type: ignore[no-redef,import-not-found,assignment,unused-ignore]
         task_enqueued,
         task_finished,
         task_started,
