@@ -1,10 +1,12 @@
 """The queue's figures read from the database at scrape time, by a few bounded statements (each reads
-a partial index or the catalogue, never the finished history: sql/*/stats.py ACTIVE, PAUSED, HEALTH),
+a partial index or the catalogue, never the finished history: sql/*/stats.py ACTIVE, PAUSED, HEALTH,
+and WORKERS, the live workers' lanes, at most WORKERS_LIMIT rows),
 at most once per JOBQ["METRICS_CACHE_SECONDS"] per process. The same figures on every endpoint that
 serves them: aggregate with max(), never sum()."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -23,13 +25,14 @@ from ..status import JobStatus
 logger = logging.getLogger("django_jobq")
 
 ALIVE_HEARTBEATS = 3  # a worker is alive while its last heartbeat is younger than this many intervals
+WORKERS_LIMIT = 500  # live workers read for jobq_queue_unserved (a "*" lane among them serves every queue)
 STATES = {JobStatus.PENDING: "pending", JobStatus.RUNNING: "running", JobStatus.DEAD: "dead"}
 # Every family the collector may give (jobq_reaper_lease_seconds_left only once a reaper ran,
 # jobq_table_bytes on PostgreSQL only).
 FAMILIES = (
     "jobq_database_up", "jobq_queue_jobs", "jobq_queue_due_jobs", "jobq_queue_expired_leases",
-    "jobq_queue_lag_seconds", "jobq_queue_paused", "jobq_workers_alive", "jobq_reaper_lease_seconds_left",
-    "jobq_table_bytes",
+    "jobq_queue_lag_seconds", "jobq_queue_paused", "jobq_queue_unserved", "jobq_workers_alive",
+    "jobq_reaper_lease_seconds_left", "jobq_table_bytes",
 )  # fmt: skip
 
 
@@ -95,9 +98,11 @@ class DatabaseCollector(Collector):
             "jobq_queue_lag_seconds", "Age of the oldest due PENDING job (0: none due).", labels=("queue",)
         )
         now = engine.text_time(run(engine.stats.DONE_ESTIMATE)[0][0])
+        due_by_queue: dict[str, int] = {}
         for status, queue, count, flagged, oldest in run(engine.stats.ACTIVE):
             jobs.add_metric([queue, STATES[JobStatus(status)]], count)
             if status == JobStatus.PENDING:
+                due_by_queue[queue] = flagged
                 due.add_metric([queue], flagged)
                 oldest = engine.text_time(oldest)
                 age = 0.0 if oldest is None or now is None else max(0.0, (now - oldest).total_seconds())
@@ -105,14 +110,23 @@ class DatabaseCollector(Collector):
             elif status == JobStatus.RUNNING:
                 expired.add_metric([queue], flagged)
         paused = GaugeMetricFamily("jobq_queue_paused", "1 for a paused queue.", labels=("queue",))
-        for queue, *_ in run(engine.stats.PAUSED):
+        paused_queues = {queue for queue, *_ in run(engine.stats.PAUSED)}
+        for queue in paused_queues:
             paused.add_metric([queue], 1)
-        workers, reaper_left, table_bytes, index_bytes = run(
-            engine.stats.HEALTH, alive=ALIVE_HEARTBEATS * conf.heartbeat_seconds
-        )[0]
+        alive_for = ALIVE_HEARTBEATS * conf.heartbeat_seconds
+        served = _served(run(engine.stats.WORKERS, recent=alive_for, limit=WORKERS_LIMIT))
+        unserved = GaugeMetricFamily(
+            "jobq_queue_unserved",
+            "1 for a queue with due jobs that no live worker's lanes serve (a paused queue is 0).",
+            labels=("queue",),
+        )
+        for queue, flagged in due_by_queue.items():
+            gone = flagged > 0 and queue not in paused_queues and "*" not in served and queue not in served
+            unserved.add_metric([queue], int(gone))
+        workers, reaper_left, table_bytes, index_bytes = run(engine.stats.HEALTH, alive=alive_for)[0]
         alive = GaugeMetricFamily("jobq_workers_alive", "Worker processes with a recent heartbeat.")
         alive.add_metric([], workers)
-        families = [jobs, due, expired, lag, paused, alive]
+        families = [jobs, due, expired, lag, paused, unserved, alive]
         if reaper_left is not None:
             reaper = GaugeMetricFamily(
                 "jobq_reaper_lease_seconds_left",
@@ -126,3 +140,13 @@ class DatabaseCollector(Collector):
             size.add_metric(["indexes"], index_bytes)
             families.append(size)
         return families
+
+
+def _served(workers: list[tuple[Any, ...]]) -> set[str]:
+    """The queues the lanes of the live (not stopped) workers name; "*" when one serves every queue."""
+    served: set[str] = set()
+    for row in workers:
+        lanes, stopped = row[3], row[8]
+        if stopped is None:
+            served |= set(json.loads(lanes) if isinstance(lanes, str) else lanes or {})
+    return served

@@ -98,7 +98,7 @@ def test_a_real_worker_draining_three_tasks_is_counted_as_the_table_says(fresh_f
 
 @pytest.mark.p1
 @pytest.mark.django_db
-def test_the_database_figures_agree_with_the_table_and_cost_four_statements(fresh_figures, settings):
+def test_the_database_figures_agree_with_the_table_and_cost_five_statements(fresh_figures, settings):
     settings.JOBQ = {**settings.JOBQ, "METRICS_CACHE_SECONDS": 60}
     now = timezone.now()
     make_job(queue="emails", run_at=now - dt.timedelta(seconds=120))
@@ -112,7 +112,8 @@ def test_the_database_figures_agree_with_the_table_and_cost_four_statements(fres
     Job.objects.acquire_lease("reaper", "me", 30)
     with CaptureQueriesContext(connection) as queries:
         found = samples()
-    assert len(queries.captured_queries) == 4  # the clock, ACTIVE, PAUSED, HEALTH: whatever the table holds
+    # the clock, ACTIVE, PAUSED, the live workers' lanes, HEALTH: whatever the table holds
+    assert len(queries.captured_queries) == 5
     with CaptureQueriesContext(connection) as queries:
         samples()
     assert not queries.captured_queries  # inside METRICS_CACHE_SECONDS: read once
@@ -131,10 +132,36 @@ def test_the_database_figures_agree_with_the_table_and_cost_four_statements(fres
         and of(found, "jobq_queue_paused", queue="emails") == 0
     )
     assert of(found, "jobq_workers_alive") == 1
+    assert of(found, "jobq_queue_unserved", queue="emails") == 0  # h:1's lane names it
     assert 0 < of(found, "jobq_reaper_lease_seconds_left") <= 30
     assert (
         of(found, "jobq_table_bytes", part="table") > 0 and of(found, "jobq_table_bytes", part="indexes") > 0
     )
+
+
+@pytest.mark.django_db
+def test_a_queue_with_due_jobs_and_no_live_worker_serving_it_is_unserved(fresh_figures):
+    now = timezone.now()
+    for queue in ("emails", "reports", "paused", "later"):
+        make_job(queue=queue, run_at=now - dt.timedelta(seconds=5))
+    make_job(queue="future", run_at=now + dt.timedelta(hours=1))  # nothing due: nothing waits
+    Job.objects.pause_queue("paused")
+    WorkerRecord.objects.create(worker_id="h:1", hostname="h", pid=1, lanes={"emails": 2})
+    WorkerRecord.objects.create(worker_id="h:2", hostname="h", pid=2, lanes={"reports": 1}, stopped_at=now)
+    WorkerRecord.objects.create(worker_id="h:3", hostname="h", pid=3, lanes={"later": 1},
+                                last_seen_at=now - dt.timedelta(hours=1))  # fmt: skip
+    found = samples()
+    unserved = {queue: of(found, "jobq_queue_unserved", queue=queue) for queue in
+                ("emails", "reports", "paused", "later", "future")}  # fmt: skip
+    # reports: its only worker stopped; later: its worker's heartbeat is an hour old
+    assert unserved == {"emails": 0, "reports": 1, "paused": 0, "later": 1, "future": 0}
+
+    assert all(("jobq_queue_unserved", (("queue", q),)) in found for q in unserved)  # each one reported
+
+    WorkerRecord.objects.create(worker_id="h:4", hostname="h", pid=4, lanes={"*": 4})  # serves all
+    fresh_figures.forget()
+    found = samples()
+    assert {of(found, "jobq_queue_unserved", queue=q) for q in unserved} == {0}
 
 
 @pytest.mark.django_db

@@ -359,7 +359,7 @@ def test_cancel_many_by_tags_reads_the_tagged_jobs_only(generic):
 
 @pytest.mark.slow
 def test_the_metrics_collectors_statements_read_the_partial_indexes_at_a_million_done_rows():
-    """metrics.database's statements (ACTIVE, DONE_ESTIMATE, PAUSED, HEALTH) never read the DONE
+    """metrics.database's statements (ACTIVE, DONE_ESTIMATE, PAUSED, WORKERS, HEALTH) never read the DONE
     history: no table scan, and the pages they touch are those of the backlog, not of the table."""
     from django_jobq.sql.postgres import stats
 
@@ -372,6 +372,7 @@ def test_the_metrics_collectors_statements_read_the_partial_indexes_at_a_million
         "ACTIVE": (stats.ACTIVE, {}),
         "DONE_ESTIMATE": (stats.DONE_ESTIMATE, {}),
         "PAUSED": (stats.PAUSED, {}),
+        "WORKERS": (stats.WORKERS, {"recent": 30, "limit": 500}),
         "HEALTH": (stats.HEALTH, {"alive": 10}),
     }
     for name, (sql, params) in statements.items():
