@@ -5,7 +5,8 @@ claim. State changes go through the manager's guarded statements (requeue: DEAD 
 guarded delete that never removes a RUNNING job; each is allowed by its own permission and recorded in
 the admin log with what it actually changed.
 
-One module per page: jobs (list and detail), requeue, dead letters, dashboard, workers, schedules.
+One module per page: jobs (the list; job_page, a job's page), requeue, dead letters, dashboard, workers,
+schedules.
 """
 
 from .dead_letters import DeadJobAdmin

@@ -12,14 +12,12 @@ from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from .. import dashboard
 from ..conf import jobq_settings
-from ..models import Job, WorkerRecord
+from ..models import Job
 from ..sql import engine_of
 from ..status import JobStatus
 from .cancelling import CancelActions
@@ -27,16 +25,13 @@ from .common import (
     EstimatedCountPaginator,
     QueueFilter,
     TaskFilter,
-    exact_time,
     first_line,
-    heartbeat_state,
     log,
-    pretty_json,
     progress_bar,
     time_cell,
-    time_field,
 )
 from .dashboard import dashboard_view
+from .job_page import JobPage
 from .queues import queue_state_view
 from .requeue import RequeueActions
 from .search import HELP as SEARCH_HELP
@@ -44,7 +39,7 @@ from .search import TAG_PREFIX, BadSearch, search
 
 
 @admin.register(Job)
-class JobAdmin(CancelActions, RequeueActions):
+class JobAdmin(JobPage, CancelActions, RequeueActions):
     list_display: tuple[str, ...] = (
         "id",
         "task_cell",
@@ -76,62 +71,6 @@ class JobAdmin(CancelActions, RequeueActions):
         JobStatus.DONE,
         JobStatus.DEAD,
         JobStatus.CANCELLED,
-    )
-    fieldsets = (
-        (
-            None,
-            {
-                "fields": (
-                    "id",
-                    "task",
-                    "queue",
-                    "tags_cell",
-                    "status_badge",
-                    "priority",
-                    "attempts_display",
-                    "dedupe_key",
-                )
-            },
-        ),
-        ("Progress", {"fields": ("progress_display",)}),
-        (
-            "Timing",
-            {
-                "fields": (
-                    "created_at_display",
-                    "run_at_field",
-                    "started_at_display",
-                    "finished_at_display",
-                    "duration",
-                )
-            },
-        ),
-        ("Lease", {"fields": ("worker_id", "worker_heartbeat", "lease_display")}),
-        ("Payload and result", {"fields": ("payload_pretty", "result_pretty")}),
-        ("Errors", {"fields": ("last_error_pretty", "error_history")}),
-    )
-    readonly_fields = (
-        "id",
-        "task",
-        "queue",
-        "tags_cell",
-        "status_badge",
-        "priority",
-        "attempts_display",
-        "dedupe_key",
-        "progress_display",
-        "created_at_display",
-        "run_at_field",
-        "started_at_display",
-        "finished_at_display",
-        "duration",
-        "worker_id",
-        "worker_heartbeat",
-        "lease_display",
-        "payload_pretty",
-        "result_pretty",
-        "last_error_pretty",
-        "error_history",
     )
 
     # -- permissions: view and the two guarded actions; nobody adds or edits a job by hand -----------------
@@ -225,104 +164,6 @@ class JobAdmin(CancelActions, RequeueActions):
     def error_line(self, obj: Job) -> SafeString | str:
         line = first_line(obj.last_error)
         return format_html('<span class="jobq-clip" title="{}">{}</span>', line, line) if line else ""
-
-    # -- detail ----------------------------------------------------------------------------------------
-    @admin.display(description="duration")
-    def duration(self, obj: Job) -> str:
-        if obj.started_at is None:
-            return "-"
-        end = obj.finished_at or timezone.now()
-        running = "" if obj.finished_at else " (running)"
-        return dashboard.format_seconds((end - obj.started_at).total_seconds()) + running
-
-    @admin.display(description="created at")
-    def created_at_display(self, obj: Job) -> SafeString | str:
-        return time_field(obj.created_at)
-
-    @admin.display(description="run at")
-    def run_at_field(self, obj: Job) -> SafeString | str:
-        return time_field(obj.run_at)
-
-    @admin.display(description="started at")
-    def started_at_display(self, obj: Job) -> SafeString | str:
-        return time_field(obj.started_at)
-
-    @admin.display(description="finished at")
-    def finished_at_display(self, obj: Job) -> SafeString | str:
-        return time_field(obj.finished_at)
-
-    @admin.display(description="lease")
-    def lease_display(self, obj: Job) -> SafeString | str:
-        if obj.lease_until is None:
-            return "-"
-        left = (obj.lease_until - timezone.now()).total_seconds()
-        if left >= 0:
-            return format_html(
-                "until {} (expires in {})", exact_time(obj.lease_until), dashboard.format_seconds(left)
-            )
-        return format_html(
-            "expired {} ago at {} (the reaper will take the job back)",
-            dashboard.format_seconds(-left),
-            exact_time(obj.lease_until),
-        )
-
-    @admin.display(description="worker's heartbeat")
-    def worker_heartbeat(self, obj: Job) -> str:
-        """For a RUNNING job: whether its worker still beats (a killed one shows "overdue")."""
-        if obj.status != JobStatus.RUNNING or not obj.worker_id:
-            return "-"
-        record = WorkerRecord.objects.using(jobq_settings().database).filter(worker_id=obj.worker_id).first()
-        if record is None:
-            return "no heartbeat recorded for this worker"
-        return heartbeat_state(record.last_seen_at, record.stopped_at, timezone.now())
-
-    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
-        """A DEAD or CANCELLED job's errors come right after its summary: they are why one opens it."""
-        fieldsets = super().get_fieldsets(request, obj)
-        if obj is None or obj.status not in (JobStatus.DEAD, JobStatus.CANCELLED):
-            return fieldsets
-        errors = [f for f in fieldsets if f[0] == "Errors"]
-        rest = [f for f in fieldsets if f[0] != "Errors"]
-        return [rest[0], *errors, *rest[1:]]
-
-    @admin.display(description="payload")
-    def payload_pretty(self, obj: Job) -> SafeString:
-        return pretty_json(obj.payload)
-
-    @admin.display(description="result")
-    def result_pretty(self, obj: Job) -> SafeString | str:
-        return "-" if obj.result is None else pretty_json(obj.result)
-
-    @admin.display(description="last error")
-    def last_error_pretty(self, obj: Job) -> SafeString | str:
-        return "-" if not obj.last_error else format_html('<pre class="jobq-error">{}</pre>', obj.last_error)
-
-    @admin.display(description="every failed attempt")
-    def error_history(self, obj: Job) -> SafeString | str:
-        errors = obj.errors if isinstance(obj.errors, list) else []
-        if not errors:
-            return "-"
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td><details><summary>{}</summary>"
-            '<pre class="jobq-error">{}</pre></details></td></tr>',
-            (
-                (
-                    entry.get("attempt", "?"),
-                    time_field(entry.get("at")),
-                    entry.get("worker") or "-",
-                    first_line(str(entry.get("error", ""))),
-                    entry.get("error", ""),
-                )
-                for entry in reversed(errors)
-                if isinstance(entry, dict)
-            ),
-        )
-        return format_html(
-            '<table class="jobq-errors"><thead><tr><th>attempt</th><th>at</th><th>worker</th>'
-            "<th>error (newest first)</th></tr></thead><tbody>{}</tbody></table>",
-            rows,
-        )
 
     def change_view(
         self,
