@@ -1,7 +1,12 @@
 """Shared by the integration tests: job rows in each state, and staff users with given permissions."""
 
+import contextlib
 import datetime as dt
 import itertools
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -9,6 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from django_jobq.models import Job, JobStatus
+from tests.conftest import ROOT, child_env
 
 
 def traceback_of(exc: str, message: str) -> str:
@@ -81,3 +87,45 @@ def staff(django_user_model):
         return client
 
     return make
+
+
+def server_url() -> str:
+    """postgres://user@host:port of the server the suite's database is on (no database named)."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+
+
+@contextlib.contextmanager
+def fresh_databases(*prefixes: str) -> Iterator[list[str]]:
+    """A fresh database per prefix on the suite's server (named PREFIX_<random>), dropped afterwards:
+    their URLs, for subprocesses that migrate and use them."""
+    import psycopg
+
+    token = secrets.token_hex(3)
+    names = [f"{prefix}_{token}" for prefix in prefixes]
+    with psycopg.connect(f"{server_url()}/postgres", autocommit=True) as conn:
+        for name in names:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield [f"{server_url()}/{name}" for name in names]
+    finally:
+        with psycopg.connect(f"{server_url()}/postgres", autocommit=True) as conn:
+            for name in names:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_python(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    """``python ARGS`` against ``env`` (over the test database's environment); its output, or the
+    test fails with its standard error."""
+    proc = subprocess.run(
+        [sys.executable, *args],
+        env=child_env(**env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout

@@ -4,52 +4,20 @@ database's transaction, a worker drains it, and the admin reads it. Runs in subp
 tests.settings.queue_alias on two fresh databases, so the suite's own settings are untouched."""
 
 import json
-import secrets
-import subprocess
-import sys
 
 import psycopg
 import pytest
 
-from tests.conftest import ROOT, child_env
+from tests.integration.conftest import fresh_databases, run_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _server() -> str:
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]
-    return f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
 
 
 @pytest.fixture
 def two_databases():
     """Fresh "app" and "queue" databases, dropped afterwards: their URLs."""
-    token = secrets.token_hex(3)
-    names = [f"jobq_alias_app_{token}", f"jobq_alias_queue_{token}"]
-    with psycopg.connect(f"{_server()}/postgres", autocommit=True) as conn:
-        for name in names:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield [f"{_server()}/{name}" for name in names]
-    finally:
-        with psycopg.connect(f"{_server()}/postgres", autocommit=True) as conn:
-            for name in names:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def run(env: dict[str, str], *args: str, timeout: float = 120) -> str:
-    proc = subprocess.run(
-        [sys.executable, *args],
-        env=child_env(**env),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    with fresh_databases("jobq_alias_app", "jobq_alias_queue") as urls:
+        yield urls
 
 
 def tables(url: str) -> set[str]:
@@ -66,20 +34,20 @@ def test_the_queue_on_a_second_database_alias(two_databases):
         "DATABASE_URL": app,
         "JOBQ_QUEUE_URL": queue,
     }
-    run(env, "-m", "django", "migrate", "--noinput")
-    run(env, "-m", "django", "migrate", "--noinput", "--database", "queue")
+    run_python(env, "-m", "django", "migrate", "--noinput")
+    run_python(env, "-m", "django", "migrate", "--noinput", "--database", "queue")
     assert tables(app) == set()  # no jobq table on the default database
     assert {"jobq_job", "jobq_worker", "jobq_lease", "jobq_schedule"} <= tables(queue)
-    run(env, "-m", "django", "check", "--fail-level", "ERROR")  # jobq.E008 passes with the router
+    run_python(env, "-m", "django", "check", "--fail-level", "ERROR")  # jobq.E008 passes with the router
 
-    enqueued = json.loads(run(env, "-m", "tests.procs.queue_alias_probe", "enqueue"))
+    enqueued = json.loads(run_python(env, "-m", "tests.procs.queue_alias_probe", "enqueue"))
     with psycopg.connect(queue) as conn:
         ids = {row[0] for row in conn.execute("SELECT id FROM jobq_job").fetchall()}
     assert set(enqueued["kept"]) <= ids and enqueued["stays"] in ids  # committed on the queue's database
     assert enqueued["gone"] not in ids  # rolled back with atomic(using="queue")
     assert len(ids) == 21
 
-    run(env, "-m", "django", "jobq_worker", "--burst", "--worker-id", "alias-worker")
+    run_python(env, "-m", "django", "jobq_worker", "--burst", "--worker-id", "alias-worker")
     with psycopg.connect(queue) as conn:
         done = conn.execute(
             "SELECT count(*) FROM jobq_job WHERE status = 2 AND worker_id = 'alias-worker'"
@@ -89,7 +57,7 @@ def test_the_queue_on_a_second_database_alias(two_databases):
             "SELECT count(*) FROM jobq_worker WHERE worker_id = 'alias-worker'"
         ).fetchone() == (1,)
 
-    found = json.loads(run(env, "-m", "tests.procs.queue_alias_probe", "admin"))
+    found = json.loads(run_python(env, "-m", "tests.procs.queue_alias_probe", "admin"))
     assert found["done"] == 21
     pages = found["pages"]
     assert {name: page["status"] for name, page in pages.items()} == dict.fromkeys(pages, 200)

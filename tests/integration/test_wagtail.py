@@ -8,14 +8,10 @@ of a page deleted before they ran end CANCELLED (JOBQ["DISCARD_ON"]), never DEAD
 Skipped where Wagtail cannot be imported (it is installed in the py312-django60 environment only)."""
 
 import json
-import secrets
-import subprocess
-import sys
 
-import psycopg
 import pytest
 
-from tests.conftest import ROOT, child_env
+from tests.integration.conftest import fresh_databases, run_python
 
 pytest.importorskip("wagtail", minversion="8.0", reason="Wagtail 8 is not installed (tox: py312-django60)")
 
@@ -25,45 +21,19 @@ REFERENCE_TASK = "wagtail.tasks.update_reference_index_task"
 SEARCH_TASK = "modelsearch.tasks.insert_or_update_object_task"
 
 
-def _server() -> str:
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]
-    return f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-
-
 @pytest.fixture
 def wagtail_env():
     """A fresh database, dropped afterwards: the environment of a subprocess on the Wagtail site."""
-    name = f"jobq_wagtail_{secrets.token_hex(3)}"
-    with psycopg.connect(f"{_server()}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield {"DJANGO_SETTINGS_MODULE": "tests.settings.wagtail", "DATABASE_URL": f"{_server()}/{name}"}
-    finally:
-        with psycopg.connect(f"{_server()}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def run(env: dict[str, str], *args: str, timeout: float = 120) -> str:
-    proc = subprocess.run(
-        [sys.executable, *args],
-        env=child_env(**env),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    with fresh_databases("jobq_wagtail") as (url,):
+        yield {"DJANGO_SETTINGS_MODULE": "tests.settings.wagtail", "DATABASE_URL": url}
 
 
 def step(env: dict[str, str], *args: object) -> dict:
-    return json.loads(run(env, "-m", "tests.procs.wagtail_site", *map(str, args)))
+    return json.loads(run_python(env, "-m", "tests.procs.wagtail_site", *map(str, args)))
 
 
 def drain(env: dict[str, str]) -> None:
-    run(env, "-m", "django", "jobq_worker", "--burst", "--worker-id", "wagtail-worker")
+    run_python(env, "-m", "django", "jobq_worker", "--burst", "--worker-id", "wagtail-worker")
 
 
 def links(found: dict) -> set[tuple[str, int]]:
@@ -79,7 +49,7 @@ def statuses(found: dict) -> set[str]:
 @pytest.mark.p1
 def test_a_wagtail_site_runs_its_background_tasks_on_jobq(wagtail_env):
     env = wagtail_env
-    run(env, "-m", "django", "migrate", "--noinput")
+    run_python(env, "-m", "django", "migrate", "--noinput")
 
     pages = step(env, "build")
     article = pages["article"]
