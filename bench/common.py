@@ -110,6 +110,7 @@ class Sizes:
     ceiling_batches: tuple[int, ...] = (1, 4, 10, 100)  # W4
     ceiling_processes: int = 4  # W4
     history_rows: int = 1_000_000  # W5: DONE rows in the table
+    big_history_rows: int = 10_000_000  # W5 history 10M: DONE rows in the table (one run)
     backlog_jobs: int = 100_000  # W5: PENDING jobs in the table
     sleep_jobs: int = 1_600  # W6
     sleep_seconds: float = 0.050  # W6
@@ -130,6 +131,7 @@ QUICK = Sizes(
     latency_jobs=20,
     ceiling_jobs=500,
     history_rows=20_000,
+    big_history_rows=50_000,
     backlog_jobs=2_000,
     sleep_jobs=64,
     deadline=5.0,

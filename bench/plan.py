@@ -19,6 +19,7 @@ class Workload:
     params: dict[str, Any]
     applies: Callable[[type[System]], bool]
     skip_reason: str = ""  # why systems it does not apply to show "—"
+    max_runs: int | None = None  # at most this many runs, whatever --runs says (None: --runs)
 
 
 def _queues(cls: type[System]) -> bool:
@@ -28,6 +29,9 @@ def _queues(cls: type[System]) -> bool:
 # django-jobq through Django's Tasks API: measured where it is held against native jobq (W1 single,
 # W2 c4, W3), not in the workloads that measure the queue itself.
 DJANGO_TASKS_COLUMN = "jobq_tasks"
+# W3's floor: plain psycopg's wake-up (bench.systems.psycopg_ceiling), the W3 column django-jobq's
+# latencies are held against.
+FLOOR = "psycopg"
 # W7 (many producers) is about NOTIFY's cost: django-jobq, plain INSERTs, and two peers that notify on
 # every insert.
 W7_SYSTEMS = ("jobq", "psycopg", "pgqueuer", "procrastinate")
@@ -150,13 +154,24 @@ def workloads(s: Sizes) -> list[Workload]:
             skip_reason="measures django-jobq's flow control",
         ),
         Workload(
+            key="FC task capped",
+            group="FC",
+            title="W2 c4 of a task with @task(max_running=4) (bench.noop_capped), jobs/s",
+            op="drain",
+            params={**drain, "kind": "noop_capped", "concurrency": 4},
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's flow control",
+        ),
+        Workload(
             key="W3",
             group="W3",
             title=f"idle workers (concurrency {s.latency_concurrency}); {s.latency_jobs} jobs enqueued "
-            f"{s.latency_gap * 1000:g} ms apart; enqueue call -> function start, ms",
+            f"{s.latency_gap * 1000:g} ms apart; enqueue call -> function start, ms. Plain psycopg is "
+            "the floor: INSERT + NOTIFY in one statement, one process waiting on LISTEN (select), "
+            "W4's SKIP LOCKED claim, time noted as the row comes back",
             op="latency",
             params={"jobs": s.latency_jobs, "gap": s.latency_gap, "concurrency": s.latency_concurrency},
-            applies=lambda cls: _queues(cls) or cls.name == DJANGO_TASKS_COLUMN,
+            applies=lambda cls: _queues(cls) or cls.name in (DJANGO_TASKS_COLUMN, FLOOR),
         ),
         Workload(
             key=f"W6 c{s.sleep_concurrency}",
@@ -191,6 +206,18 @@ def workloads(s: Sizes) -> list[Workload]:
             params={**drain, "concurrency": 4, "backlog": s.backlog_jobs},
             applies=lambda cls: cls.name == "jobq",
             skip_reason="measures django-jobq's own table growth",
+        ),
+        # Last of the drains: its load (about 2.6 GB at 10,000,000 rows) takes a minute or two, so
+        # it runs once whatever --runs says.
+        Workload(
+            key="W5 history 10M",
+            group="W5",
+            title=f"W2 (concurrency 4) with {s.big_history_rows:,} DONE rows in the table, one run, jobs/s",
+            op="drain",
+            params={**drain, "concurrency": 4, "history": s.big_history_rows},
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's own table growth",
+            max_runs=1,
         ),
     ]
     for key, limiter, threads, keys, what in [

@@ -5,6 +5,8 @@ from .exceptions import (
     ArgumentsNotJSON,
     ConfigurationError,
     DedupeKeyConflict,
+    DependencyFailed,
+    DependencyNotFound,
     InvalidJob,
     InvalidPayload,
     JobFailed,
@@ -18,6 +20,7 @@ from .exceptions import (
     UnknownTask,
     WaitTimeout,
     WorkerLost,
+    WorkflowTooLarge,
 )
 from .outcomes import Cancelled, Discard, Snooze
 from .status import CancelCounts, CancelOutcome
@@ -32,6 +35,8 @@ __all__ = [
     "Cancelled",
     "ConfigurationError",
     "DedupeKeyConflict",
+    "DependencyFailed",
+    "DependencyNotFound",
     "Discard",
     "InvalidJob",
     "InvalidPayload",
@@ -49,6 +54,7 @@ __all__ = [
     "UnknownTask",
     "WaitTimeout",
     "WorkerLost",
+    "WorkflowTooLarge",
     "compute_backoff",
     "task",
 ]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .outcomes import Cancelled
+from .status import JobStatus
 
 
 class CancelSignal:
@@ -63,6 +64,21 @@ class CancelSignal:
                 self._hooks.remove(hook)
 
 
+@dataclass(frozen=True, slots=True)
+class DependencyResult:
+    """One dependency of a job, as it ended."""
+
+    job_id: int
+    task: str
+    status: str  # "DONE", "DEAD" or "CANCELLED" ("PENDING"/"RUNNING" only after a requeue of it)
+    result: Any  # its task's return value when DONE, else None
+    error: str | None  # its last error when it did not succeed
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "DONE"
+
+
 @dataclass(slots=True, kw_only=True)
 class JobContext:
     job_id: int
@@ -92,6 +108,19 @@ class JobContext:
         from .ticks import tick_of
 
         return tick_of(self.dedupe_key)
+
+    def dependency_results(self) -> list[DependencyResult]:
+        """What this job waited for (django_jobq.workflows): one entry per dependency, in id order,
+        with its state, its result (DONE) or its last error (DEAD, CANCELLED). Empty for a job
+        without dependencies. In a chain, the one entry is the previous step."""
+        from .models import Dependency, Job
+
+        ids = Dependency.objects.filter(dependent_id=self.job_id).values_list("dependency_id", flat=True)
+        rows = Job.objects.filter(id__in=list(ids)).order_by("id")
+        return [
+            DependencyResult(job.id, job.task, JobStatus(job.status).name, job.result, job.last_error)
+            for job in rows.only("id", "task", "status", "result", "last_error")
+        ]
 
     def set_progress(self, done: float, total: float | None = None) -> bool:
         """Record progress (shown by the admin); False if this run no longer owns the job."""

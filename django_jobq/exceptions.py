@@ -30,6 +30,20 @@ class UnknownTask(InvalidJob):
     """No task is registered under this name (and JOBQ["STRICT_TASKS"] is on)."""
 
 
+class DependencyNotFound(InvalidJob):
+    """depends_on names a job that does not exist in the queue's database; nothing was written."""
+
+
+class DependencyFailed(InvalidJob):
+    """depends_on names a job already DEAD or CANCELLED, for a job that would be cancelled by that;
+    nothing was written."""
+
+
+class WorkflowTooLarge(InvalidJob):
+    """A workflow or a job's dependencies exceed a documented limit (docs/guide/workflows.md); nothing
+    was written."""
+
+
 class PermanentError(JobqError):
     """Raised by a task to send its job to DEAD at once, without further retries."""
 

@@ -35,6 +35,10 @@ LEASE_NAME = "reaper"
 LEASE_MARGIN_SECONDS = 5.0  # the role's lease: three intervals plus this
 MAX_PRUNE_BATCHES = 100  # per pass and status, so one pass never runs unbounded
 WORKER_RECORD_RETENTION = 7 * 24 * 3600
+AUTOVACUUM_OFF = (
+    "reaper: autovacuum does not vacuum jobq_job (the server's autovacuum, or the table's, is off): "
+    "every finished job leaves dead rows that only a manual VACUUM removes, and the table grows"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,8 @@ class Reaper:
             if not self.is_leader.is_set():
                 logger.info("reaper %s: acting (holds the reaper lease)", self.holder)
                 self.is_leader.set()
+                if Job.objects.autovacuum_on() is False:
+                    logger.warning(AUTOVACUUM_OFF)
             return True
         self.is_leader.clear()
         return False

@@ -14,9 +14,10 @@ from asgiref.sync import sync_to_async
 from . import registry, validation
 from .backoff import RetryPolicy
 from .conf import rate_setting
-from .exceptions import ConfigurationError, JobFailed, PayloadMismatch
+from .exceptions import ConfigurationError, InvalidJob, JobFailed, PayloadMismatch
 from .registry import capped_tasks, close_task_names, find_task, get_task, registered_tasks
 from .status import JobStatus
+from .workflows.compose import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -89,6 +90,20 @@ class Task(Generic[P, R]):
             )
         if (problem := _binding_problem(self.func, self.takes_context, tuple(payload))) is not None:
             raise PayloadMismatch(f"payload does not fit {self.name}{_signature(self.func)}: {problem}")
+
+    def s(self, **kwargs: Any) -> Signature:
+        """A signature: this task with ``kwargs`` as one job's arguments, for a workflow
+        (``chain(charge.s(order_id=1), send_receipt.s(order_id=1))``), with using()'s options."""
+        options = self._call_options()
+        if options["dedupe_key"] is not None:
+            raise InvalidJob("a workflow's jobs take no dedupe key")
+        if options["delay"] is not None:
+            raise InvalidJob("a workflow's job takes run_at, not delay")
+        return Signature(
+            self.name, kwargs, queue=options["queue"], priority=options["priority"], run_at=options["run_at"],
+            max_attempts=options["max_attempts"], concurrency_key=options["concurrency_key"],
+            tags=options["tags"],
+        )  # fmt: skip
 
     def using(self, **options: Any) -> Task[P, R]:
         """A copy whose next enqueue uses these options (queue, priority, delay, run_at, dedupe_key, ...)."""

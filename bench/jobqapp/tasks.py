@@ -1,3 +1,5 @@
+import os
+
 import django_jobq
 from bench import work
 
@@ -5,6 +7,16 @@ from bench import work
 @django_jobq.task(name="bench.noop")
 def noop() -> None:
     work.noop()
+
+
+if os.environ.get("BENCH_TASK_CAPS") == "1":  # set by bench.child for FC task capped only
+
+    @django_jobq.task(name="bench.noop_capped", max_running=4)
+    def noop_capped() -> None:
+        """FC task capped: the no-op under a task cap (at most 4 RUNNING at once, across workers). Only
+        registered for that workload: a worker that knows a capped task takes every claim under the
+        caps' locks, which would slow the other workloads' drains too."""
+        work.noop()
 
 
 @django_jobq.task(name="bench.sleep")

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Any
 
+from bench import common
 from bench.systems.base import DjangoSystem, setup_django
 
-TASKS = {"noop": "bench.noop", "sleep": "bench.sleep", "latency": "bench.latency"}
+TASKS = {
+    "noop": "bench.noop",
+    "sleep": "bench.sleep",
+    "latency": "bench.latency",
+    "noop_capped": "bench.noop_capped",  # FC task capped: @task(max_running=4)
+}
 
 
 class Jobq(DjangoSystem):
@@ -51,23 +59,27 @@ class Jobq(DjangoSystem):
 
     # -- W5: the same drain with a big table -----------------------------------------------------------
     def insert_history(self, conn: Any, rows: int) -> None:
-        """``rows`` DONE jobs, as finished work leaves them, in one statement; then VACUUM ANALYZE."""
-        conn.execute(
-            """
-            INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
-                                  worker_id, result, errors, created_at, started_at, finished_at)
-            SELECT 'bench.noop', 'default', '{}'::jsonb, 2, 100, t, 1, 5, 'history', 'null'::jsonb,
-                   '[]'::jsonb, t, t, t
-            FROM (SELECT now() - make_interval(secs => g / 100.0) AS t
-                  FROM generate_series(1, %s) AS g) AS s
-            """,
-            [rows],
-        )
+        """``rows`` DONE jobs, as finished work leaves them, in one ``INSERT ... SELECT generate_series``;
+        then VACUUM ANALYZE. From 5,000,000 rows on (W5 history 10M) the series is split in as many
+        ranges as there are cores (at most 4), each one statement on its own connection, at once
+        (10,000,000 rows on 2 cores: about 90 s in one statement, 65 s in two)."""
+        parts = 1 if rows < 5_000_000 else max(1, min(4, os.cpu_count() or 1))
+        bounds = [(i * rows // parts + 1, (i + 1) * rows // parts) for i in range(parts)]
+        if parts == 1:
+            _insert_done(conn, *bounds[0])
+        else:
+            with concurrent.futures.ThreadPoolExecutor(parts) as pool:
+                for done in [pool.submit(self._insert_done_apart, lo, hi) for lo, hi in bounds]:
+                    done.result()
         conn.execute("VACUUM ANALYZE jobq_job")
         # Flush the load's dirty pages now, as a table whose history built up over time would have them,
         # instead of during the measurement (needs superuser or pg_checkpoint; skipped without).
         with contextlib.suppress(Exception):
             conn.execute("CHECKPOINT")
+
+    def _insert_done_apart(self, first: int, last: int) -> None:
+        with common.connect(self.db_url) as conn:
+            _insert_done(conn, first, last)
 
     def insert_pending(self, conn: Any, rows: int) -> None:
         """``rows`` due PENDING jobs in one statement (and one notification, as enqueue_many sends)."""
@@ -140,3 +152,18 @@ class Jobq(DjangoSystem):
             "unit": "calls/s",
             "layout": f"{threads} thread(s), {'a key each' if keys == 'each' else 'one key'}",
         }
+
+
+def _insert_done(conn: Any, first: int, last: int) -> None:
+    """DONE jobs ``first`` to ``last`` of the history, one a hundredth of a second older than the last."""
+    conn.execute(
+        """
+        INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
+                              worker_id, result, errors, created_at, started_at, finished_at)
+        SELECT 'bench.noop', 'default', '{}'::jsonb, 2, 100, t, 1, 5, 'history', 'null'::jsonb,
+               '[]'::jsonb, t, t, t
+        FROM (SELECT now() - make_interval(secs => g / 100.0) AS t
+              FROM generate_series(%s::bigint, %s::bigint) AS g) AS s
+        """,
+        [first, last],
+    )

@@ -3,13 +3,21 @@
 W1: one INSERT per job (autocommit), executemany and COPY for many. W4: processes that claim with a
 MATERIALIZED CTE ``... FOR UPDATE SKIP LOCKED LIMIT n`` + ``UPDATE ... RETURNING`` and finish the
 batch with one ``UPDATE ... WHERE id = ANY(...)``: two commits per batch, nothing else.
+
+W3, the floor of a wake-up: the producer commits one ``INSERT`` + ``NOTIFY`` (one transaction, one
+statement: ``pg_notify`` in the ``SELECT`` over the ``INSERT ... RETURNING``, as django-jobq does); one
+worker process waits on ``LISTEN`` (psycopg's ``notifies()``, a ``select()`` on the connection with a
+timeout), claims with W4's statement (``LIMIT 1``, the payload returned too) and notes the time as
+the row comes back; then finishes the job and claims again until nothing is left.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench import common
@@ -52,6 +60,15 @@ FROM picked WHERE j.id = picked.id
 RETURNING j.id
 """
 
+# W3's floor: W4's claim, returning the payload too (the latency job's key).
+CLAIM_PAYLOAD = CLAIM.replace("RETURNING j.id", "RETURNING j.id, j.payload")
+CHANNEL = "bench_job"
+INSERT_NOTIFY = f"""
+WITH job AS (INSERT INTO bench_job (task, payload) VALUES (%s, %s::jsonb) RETURNING id)
+SELECT id, pg_notify('{CHANNEL}', '') FROM job
+"""
+FLOOR_POLL = 1.0  # seconds the floor waits on LISTEN before claiming anyway (a safety net)
+
 FINISH = """
 UPDATE bench_job SET status = 2, result = 'null', finished_at = now(), lease_until = NULL
 WHERE id = ANY(%(ids)s) AND status = 1 AND worker_id = %(worker)s
@@ -69,6 +86,14 @@ class Psycopg(System):
 
     conn: Any = None
 
+    @classmethod
+    def layout(cls, concurrency: int) -> list[int]:
+        return [1]  # W3's floor: one process waiting on LISTEN, whatever the concurrency
+
+    @classmethod
+    def describe(cls, concurrency: int) -> str:
+        return "1 process: LISTEN, select(), claim LIMIT 1 (the W3 floor)"
+
     def open(self) -> None:
         self.conn = common.connect(self.db_url)
 
@@ -81,7 +106,18 @@ class Psycopg(System):
             conn.execute(SCHEMA)
 
     def enqueue(self, kind: str = "noop", key: int = 0) -> None:
+        if kind == "latency":  # W3: INSERT + NOTIFY, one statement (one transaction, one round trip)
+            self.conn.execute(INSERT_NOTIFY, ("bench.latency", json.dumps({"key": key})))
+            return
         self.conn.execute(INSERT, ("bench.noop", "{}"))
+
+    def enqueue_batch(self, n: int, kind: str = "noop") -> None:
+        """W3's warm-up: ``n`` jobs copied and notified in one transaction."""
+        with self.conn.transaction():
+            with self.conn.cursor().copy("COPY bench_job (task) FROM STDIN") as copy:
+                for _ in range(n):
+                    copy.write_row((f"bench.{kind}",))
+            self.conn.execute(f"NOTIFY {CHANNEL}")
 
     def enqueue_bulk(self, n: int, kind: str = "noop") -> None:
         with self.conn.transaction(), self.conn.cursor().copy("COPY bench_job (task) FROM STDIN") as copy:
@@ -118,6 +154,24 @@ class Psycopg(System):
         if left:
             raise RuntimeError(f"{left} jobs were left unfinished")
         return elapsed
+
+    def serve(self, slots: int, total: int, ready: Callable[[], None]) -> None:
+        """W3's floor: one process, whatever the concurrency (it claims one job per wake-up)."""
+        from bench import work
+
+        worker = f"floor-{os.getpid()}"
+        params: dict[str, Any] = {"limit": 1, "worker": worker}
+        with common.connect(self.db_url) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            ready()
+            while True:
+                while row := conn.execute(CLAIM_PAYLOAD, params).fetchone():
+                    job_id, payload = row
+                    if "key" in payload:  # the row is back: the moment this floor starts the job
+                        work.record_start(payload["key"])
+                    conn.execute(FINISH, {"ids": [job_id], "worker": worker})
+                for _ in conn.notifies(timeout=FLOOR_POLL, stop_after=1):
+                    pass
 
 
 def _claim_loop(db_url: str, batch: int, start: Any, ready: Any) -> None:

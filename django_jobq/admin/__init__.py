@@ -6,12 +6,13 @@ guarded delete that never removes a RUNNING job; each is allowed by its own perm
 the admin log with what it actually changed.
 
 One module per page: jobs (the list; job_page, a job's page), requeue, dead letters, dashboard, workers,
-schedules.
+schedules, workflows (read-only, with "Cancel workflow").
 """
 
 from .dead_letters import DeadJobAdmin
 from .jobs import JobAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerRecordAdmin
+from .workflows import WorkflowAdmin
 
-__all__ = ["DeadJobAdmin", "JobAdmin", "ScheduleAdmin", "WorkerRecordAdmin"]
+__all__ = ["DeadJobAdmin", "JobAdmin", "ScheduleAdmin", "WorkerRecordAdmin", "WorkflowAdmin"]

@@ -1,5 +1,5 @@
-"""The "cancel" action of the job list: PENDING jobs end CANCELLED, RUNNING ones are asked to stop,
-through the manager's guarded statement (Job.objects.cancel_many)."""
+"""The "cancel" action of the job list: PENDING and WAITING jobs end CANCELLED, RUNNING ones are asked
+to stop, through the manager's guarded statement (Job.objects.cancel_many)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,13 @@ from django.http import HttpRequest
 from ..conf import jobq_settings
 from ..managers.control import MAX_CANCEL_IDS
 from ..models import Job
-from ..status import JobStatus
+from ..status import ACTIVE
 from .common import OnQueueDatabase, log
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _JobModelAdmin = admin.ModelAdmin[Job]
 else:  # reads and writes on JOBQ["DATABASE"]
     _JobModelAdmin = OnQueueDatabase
-
-ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)
 
 
 class CancelActions(_JobModelAdmin):

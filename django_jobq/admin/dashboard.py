@@ -1,5 +1,6 @@
 """The queue dashboard page: counts per queue and status, lag, throughput, workers (one snapshot), which
-queues are paused, with Pause / Resume buttons for those allowed (admin.queues)."""
+queues are paused, with Pause / Resume buttons for those allowed (admin.queues), and the most recent
+unfinished workflows."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from .. import dashboard
+from ..dashboard.workflows import WORKFLOWS_LIMIT
 from .common import breadcrumbs, exact_time, lanes_text, time_cell
 from .queues import may_pause
 
@@ -50,10 +52,20 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
             for w in snap.workers
         ],
         "refresh": int(refresh) if refresh.isdigit() and 0 < int(refresh) <= 3600 else None,
+        "workflows": [
+            {"w": w, "created": time_cell(w.created_at, snap.now), "url": _workflow_url(w.id)}
+            for w in dashboard.unfinished_workflows()
+        ],
+        "workflows_url": reverse("admin:django_jobq_workflow_changelist"),
+        "workflows_limit": WORKFLOWS_LIMIT,
         "jobs_url": reverse("admin:django_jobq_job_changelist"),
         "dead_url": reverse("admin:django_jobq_deadjob_changelist"),
     }
     return TemplateResponse(request, "admin/django_jobq/dashboard.html", context)
+
+
+def _workflow_url(workflow_id: int) -> str:
+    return reverse("admin:django_jobq_workflow_change", args=[workflow_id])
 
 
 def _queue_row(

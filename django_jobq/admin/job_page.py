@@ -1,5 +1,6 @@
 """A job's page: its fields in sections, read-only, and how each is shown (the errors first on a DEAD
-or CANCELLED job's page, the worker's heartbeat on a RUNNING one's)."""
+or CANCELLED job's page, the worker's heartbeat on a RUNNING one's, its workflow and edges when it has
+any)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from .. import dashboard
 from ..conf import jobq_settings
-from ..models import Job, WorkerRecord
+from ..models import Dependency, Job, WorkerRecord
 from ..status import JobStatus
 from .common import OnQueueDatabase, exact_time, first_line, heartbeat_state, pretty_json, time_field
 
@@ -21,6 +23,10 @@ if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _JobModelAdmin = admin.ModelAdmin[Job]
 else:  # reads and writes on JOBQ["DATABASE"]
     _JobModelAdmin = OnQueueDatabase
+
+
+MAX_EDGES = 50  # ids listed in "waits for" and "needed by" on a job's page; the workflow page has the rest
+WORKFLOW_FIELDSET: Any = ("Workflow", {"fields": ("workflow_link", "waits_for", "needed_by")})
 
 
 class JobPage(_JobModelAdmin):
@@ -81,6 +87,9 @@ class JobPage(_JobModelAdmin):
         "result_pretty",
         "last_error_pretty",
         "error_history",
+        "workflow_link",
+        "waits_for",
+        "needed_by",
     )
 
     # -- detail ----------------------------------------------------------------------------------------
@@ -134,13 +143,63 @@ class JobPage(_JobModelAdmin):
         return heartbeat_state(record.last_seen_at, record.stopped_at, timezone.now())
 
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
-        """A DEAD or CANCELLED job's errors come right after its summary: they are why one opens it."""
-        fieldsets = super().get_fieldsets(request, obj)
+        """A DEAD or CANCELLED job's errors come right after its summary: they are why one opens it. A job
+        of a workflow, or with dependencies or dependents, has a Workflow section after its summary."""
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None and (obj.workflow_id is not None or obj.dependency_failure or obj.has_dependents):
+            fieldsets = [*fieldsets[:1], WORKFLOW_FIELDSET, *fieldsets[1:]]
         if obj is None or obj.status not in (JobStatus.DEAD, JobStatus.CANCELLED):
             return fieldsets
         errors = [f for f in fieldsets if f[0] == "Errors"]
         rest = [f for f in fieldsets if f[0] != "Errors"]
         return [rest[0], *errors, *rest[1:]]
+
+    # -- its workflow ----------------------------------------------------------------------------------
+    @admin.display(description="workflow")
+    def workflow_link(self, obj: Job) -> SafeString | str:
+        if obj.workflow_id is None:
+            return "-"
+        url = reverse(f"{self.admin_site.name}:django_jobq_workflow_change", args=[obj.workflow_id])
+        return format_html('<a href="{}" id="jobq-workflow-link">workflow {}</a>', url, obj.workflow_id)
+
+    @admin.display(description="waits for")
+    def waits_for(self, obj: Job) -> SafeString | str:
+        """The jobs it waits for (struck through: finished), and whether it runs when one fails."""
+        edges = Dependency.objects.using(jobq_settings().database).filter(dependent_id=obj.pk)
+        rows = list(edges.order_by("dependency_id").values_list("dependency_id", "resolved")[: MAX_EDGES + 1])
+        if not rows:
+            return "-"
+        policy = {"run": "runs even when one of them fails", "cancel": "cancelled when one of them fails"}
+        return format_html(
+            '{}{} <span class="jobq-muted">({} unfinished; {})</span>',
+            self._job_links([(pk, done) for pk, done in rows[:MAX_EDGES]]),
+            " and more" if len(rows) > MAX_EDGES else "",
+            obj.waiting_on,
+            policy.get(obj.dependency_failure or "cancel", obj.dependency_failure),
+        )
+
+    @admin.display(description="needed by")
+    def needed_by(self, obj: Job) -> SafeString | str:
+        """The jobs that wait for it (jobq_dependency_of)."""
+        edges = Dependency.objects.using(jobq_settings().database).filter(dependency_id=obj.pk)
+        ids = list(edges.order_by("dependent_id").values_list("dependent_id", flat=True)[: MAX_EDGES + 1])
+        if not ids:
+            return "-"
+        more = " and more" if len(ids) > MAX_EDGES else ""
+        return format_html("{}{}", self._job_links([(pk, False) for pk in ids[:MAX_EDGES]]), more)
+
+    def _job_links(self, jobs: list[tuple[int, bool]]) -> SafeString:
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            (
+                (
+                    reverse(f"{self.admin_site.name}:django_jobq_job_change", args=[pk]),
+                    format_html("<s>{}</s>", pk) if done else pk,
+                )
+                for pk, done in jobs
+            ),
+        )
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: Job) -> SafeString:

@@ -35,7 +35,28 @@ from .job_page import JobPage
 from .queues import queue_state_view
 from .requeue import RequeueActions
 from .search import HELP as SEARCH_HELP
-from .search import TAG_PREFIX, BadSearch, search
+from .search import TAG_PREFIX, BadSearch, search, workflow_id
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    """``?workflow=42``: the jobs of one workflow (jobq_job_workflow). Listed only while in use (with
+    "All" to leave it): the workflows are many; the workflow pages and the search "workflow:42" link here."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, f"workflow {value}")] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value is None:
+            return queryset
+        try:
+            return queryset.filter(workflow_id=workflow_id(value))
+        except BadSearch:
+            return queryset.none()
 
 
 @admin.register(Job)
@@ -50,7 +71,7 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
         "error_line",
     )
     list_display_links = ("id",)
-    list_filter: ClassVar[tuple[Any, ...]] = ("status", QueueFilter, TaskFilter)
+    list_filter: ClassVar[tuple[Any, ...]] = ("status", QueueFilter, TaskFilter, WorkflowFilter)
     search_fields = ("=id", "task", "=dedupe_key")  # shown as the search box; see get_search_results
     search_help_text = SEARCH_HELP
     sortable_by = ("id", "run_at")

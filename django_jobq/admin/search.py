@@ -1,5 +1,5 @@
 """The job list's search box: one term names jobs by id, task (or its beginning), dedupe key, tag
-(``tag:tenant:42``) or payload containment (a JSON object, ``{"order_id": 42}``)."""
+(``tag:tenant:42``), workflow (``workflow:42``) or payload containment (a JSON object, ``{"order_id": 42}``)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from .. import validation
 from ..exceptions import JobqError
 
 TAG_PREFIX = "tag:"
+WORKFLOW_PREFIX = "workflow:"
 HELP = (
     'A job id, a task name (or its beginning), a dedupe key, "tag:NAME" for the jobs carrying a tag, '
+    '"workflow:ID" for the jobs of a workflow, '
     'or a JSON object for the jobs whose payload contains it: {"order_id": 42}.'
 )
 
@@ -30,12 +32,21 @@ def search(queryset: QuerySet[Any], term: str) -> QuerySet[Any]:
     vendor = connections[queryset.db].vendor
     if term.startswith(TAG_PREFIX):
         return queryset.filter(tagged(term[len(TAG_PREFIX) :].strip(), vendor))
+    if term.startswith(WORKFLOW_PREFIX):
+        return queryset.filter(workflow_id=workflow_id(term[len(WORKFLOW_PREFIX) :].strip()))
     if term.startswith("{"):
         return payload_contains(queryset, term, vendor)
     match = Q(task__startswith=term) | Q(dedupe_key=term)
     if term.isdigit() and len(term) < 19:
         match |= Q(id=int(term))
     return queryset.filter(match)
+
+
+def workflow_id(text: str) -> int:
+    """The id of "workflow:ID" (the jobq_job_workflow index); BadSearch unless it is a positive integer."""
+    if not text.isdigit() or len(text) >= 19 or int(text) < 1:
+        raise BadSearch(f'"{WORKFLOW_PREFIX}" takes a workflow id, not {text!r:.50}')
+    return int(text)
 
 
 def tagged(tag: str, vendor: str) -> Q:

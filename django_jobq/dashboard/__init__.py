@@ -1,14 +1,14 @@
 """The queue's figures, read-only: what the admin dashboard and ``manage.py jobq_stats`` show.
 
-``snapshot()`` runs seven bounded statements (eight with the table's upkeep) (django_jobq.sql.postgres.stats) and returns a frozen
+``snapshot()`` runs eight bounded statements (nine with the table's upkeep) (django_jobq.sql.postgres.stats) and returns a frozen
 Snapshot; ``check()`` compares one with health thresholds; ``format_table()`` renders one for a terminal.
+``unfinished_workflows()`` (dashboard.workflows) is the dashboard page's one more statement.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -25,18 +25,19 @@ from ..sql import engine_of
 from ..status import JobStatus
 from .limits import TaskLimits, format_rate, limited_tasks, task_limits
 from .table import TableFigures, table_figures
-from .text import WORKERS_RECENT_SECONDS
 from .text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
 from .text import format_table as format_table  # re-exported: dashboard.format_table
+from .workers import ALIVE_HEARTBEATS as ALIVE_HEARTBEATS  # re-exported
+from .workers import WORKERS_LIMIT as WORKERS_LIMIT  # re-exported
+from .workers import SupervisorFigures as SupervisorFigures  # re-exported
+from .workers import WorkerFigures as WorkerFigures  # re-exported
+from .workers import worker_figures
+from .workflows import WorkflowFigures as WorkflowFigures  # re-exported
+from .workflows import unfinished_workflows as unfinished_workflows  # re-exported
 
 # DONE jobs are counted while there are at most this many (a pass over at most that many rows); above
 # it their number comes from the planner's statistics.
 EXACT_LIMIT = 10_000
-# Workers whose heartbeat is older than WORKERS_RECENT_SECONDS (dashboard.text) are not listed; at
-# most WORKERS_LIMIT are.
-WORKERS_LIMIT = 50
-# A worker is "alive" while its last heartbeat is younger than this many heartbeat intervals.
-ALIVE_HEARTBEATS = 3
 MINUTES = 60  # length of the throughput history, in one-minute buckets
 FINISHED_NAMES = {JobStatus.DONE: "done", JobStatus.DEAD: "dead", JobStatus.CANCELLED: "cancelled"}
 
@@ -51,6 +52,7 @@ class QueueFigures:
     lag: float | None = None  # seconds since the oldest due PENDING job became due; None: none due
     running: int = 0  # RUNNING jobs
     expired: int = 0  # RUNNING jobs whose lease has expired: their worker is gone, the reaper will retry them
+    waiting: int = 0  # WAITING jobs: held until their dependencies finish (django_jobq.workflows)
     dead: int = 0  # DEAD jobs kept (the dead letters)
     done: int | None = 0  # DONE jobs kept; estimated when Snapshot.done_estimated; None: unknown
     done_5m: int = 0  # jobs finished DONE in the last 5 minutes
@@ -82,25 +84,6 @@ class PausedQueue:
     queue: str
     since: dt.datetime
     by: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerFigures:
-    """One worker process as its last heartbeat described it."""
-
-    worker_id: str
-    hostname: str
-    pid: int
-    lanes: dict[str, int]  # queue -> slots
-    stuck: dict[str, int]  # queue -> slots stuck in a job past its timeout (absent: none)
-    running: int
-    started_at: dt.datetime
-    last_seen_at: dt.datetime
-    stopped_at: dt.datetime | None
-    silent_for: float  # seconds since the last heartbeat
-    # "alive", "stuck" (alive, but every slot of a lane is stuck past a timeout), "silent" (no heartbeat
-    # for ALIVE_HEARTBEATS intervals) or "stopped"
-    state: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,6 +160,8 @@ def snapshot(*, exact: bool = False, upkeep: bool = False) -> Snapshot:
             f.update(pending=jobs, due=flagged, lag=None if oldest is None else _seconds(now - oldest))
         elif status == JobStatus.RUNNING:
             f.update(running=jobs, expired=flagged)
+        elif status == JobStatus.WAITING:
+            f.update(waiting=jobs)
         else:
             f.update(dead=jobs)
 
@@ -187,7 +172,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False) -> Snapshot:
             figures.setdefault(queue, {})  # a queue that only has DONE jobs is still listed
         for queue, f in figures.items():
             share = shares.get(queue)
-            others = f.get("pending", 0) + f.get("running", 0) + f.get("dead", 0)
+            others = sum(f.get(name, 0) for name in ("pending", "running", "dead", "waiting"))
             f["done"] = None if rows is None or share is None else max(0, round(rows * share) - others)
     else:
         for queue, jobs in counted:
@@ -225,7 +210,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False) -> Snapshot:
         )
         for ago in reversed(range(MINUTES))
     )
-    workers = _workers(connection)
+    workers = worker_figures(connection)
     limited = limited_tasks()  # RUNNING_BY_TASK only runs when some task has a limit
     return Snapshot(
         now=now,
@@ -260,8 +245,10 @@ def check(
     max_dead: int | None = None,
     max_due: int | None = None,
     max_expired: int | None = None,
+    max_xact_age: float | None = None,
 ) -> list[str]:
-    """The thresholds ``snap`` crosses, one sentence each; empty when the queue is healthy."""
+    """The thresholds ``snap`` crosses, one sentence each; empty when the queue is healthy.
+    ``max_xact_age`` reads the table's upkeep (a snapshot taken with ``upkeep=True``, PostgreSQL)."""
     problems = []
     for q in snap.queues:
         if max_lag is not None and q.lag is not None and q.lag > max_lag:
@@ -272,6 +259,9 @@ def check(
         problems.append(f"{snap.total.dead} dead jobs > {max_dead}")
     if max_expired is not None and snap.total.expired > max_expired:
         problems.append(f"{snap.total.expired} running jobs with an expired lease > {max_expired}")
+    oldest = snap.table.oldest_xact_seconds if snap.table is not None else None
+    if max_xact_age is not None and oldest is not None and oldest > max_xact_age:
+        problems.append(f"a transaction open {oldest:.0f}s > {max_xact_age:g}s holds back vacuum")
     return problems
 
 
@@ -339,36 +329,6 @@ def _total(queues: Sequence[QueueFigures]) -> QueueFigures:
         else:
             sums[name] = sum(values)
     return QueueFigures(**sums)
-
-
-def _workers(connection: BaseDatabaseWrapper) -> tuple[WorkerFigures, ...]:
-    alive_for = ALIVE_HEARTBEATS * jobq_settings().heartbeat_seconds
-    workers = []
-    engine = engine_of(connection)
-    time = engine.text_time
-    rows = _run(connection, engine.stats.WORKERS, recent=WORKERS_RECENT_SECONDS, limit=WORKERS_LIMIT)
-    for worker_id, host, pid, lanes, running, stuck, started, seen, stopped, silent_for in rows:
-        lanes = json.loads(lanes) if isinstance(lanes, str) else lanes
-        stuck = json.loads(stuck) if isinstance(stuck, str) else stuck or {}
-        state = "stopped" if stopped is not None else "alive" if silent_for <= alive_for else "silent"
-        if state == "alive" and any(n >= lanes.get(queue, n + 1) for queue, n in stuck.items()):
-            state = "stuck"
-        workers.append(
-            WorkerFigures(
-                worker_id=worker_id,
-                hostname=host,
-                pid=pid,
-                lanes=lanes,
-                stuck=stuck,
-                running=running,
-                started_at=time(started),  # type: ignore[arg-type]
-                last_seen_at=time(seen),  # type: ignore[arg-type]
-                stopped_at=time(stopped),
-                silent_for=silent_for,
-                state=state,
-            )
-        )
-    return tuple(workers)
 
 
 def _jsonable(value: Any) -> Any:

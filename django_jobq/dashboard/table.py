@@ -22,6 +22,8 @@ class TableFigures:
     vacuumed_at: dt.datetime | None  # the last vacuum, by hand or by autovacuum
     analysed_at: dt.datetime | None
     autovacuums: int  # since the statistics were last reset
+    autovacuum: bool = True  # autovacuum vacuums the table (False: the server's, or the table's, is off)
+    oldest_xact_seconds: float | None = None  # the oldest other open transaction holding back vacuum
 
     @property
     def dead_share(self) -> float:
@@ -38,8 +40,9 @@ def table_figures(connection: BaseDatabaseWrapper, params: dict[str, Any]) -> Ta
     rows = engine.run(connection, statement, params).rows
     if not rows:  # statistics not collected (track_counts off)
         return None
-    table, indexes, live, dead, vacuumed, analysed, autovacuums = rows[0]
+    table, indexes, live, dead, vacuumed, analysed, autovacuums, autovacuum, oldest_xact = rows[0]
     return TableFigures(
         table_bytes=table, index_bytes=indexes, live_rows=live, dead_rows=dead,
-        vacuumed_at=vacuumed, analysed_at=analysed, autovacuums=autovacuums,
+        vacuumed_at=vacuumed, analysed_at=analysed, autovacuums=autovacuums, autovacuum=autovacuum,
+        oldest_xact_seconds=oldest_xact,
     )  # fmt: skip

@@ -5,18 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .workers import WORKERS_RECENT_SECONDS, SupervisorFigures, supervisors
+
 if TYPE_CHECKING:
     from . import Snapshot
 
-WORKERS_RECENT_SECONDS = 600  # workers whose heartbeat is older than this are not listed
+# The upkeep line's warning when autovacuum never reaches jobq_job.
+AUTOVACUUM_OFF = "AUTOVACUUM OFF: nothing removes its dead rows but a manual VACUUM"
+# Another transaction open this long is named on the upkeep line: no vacuum removes what died since.
+OLD_XACT_SECONDS = 60.0
 
 
 def format_table(snap: Snapshot) -> str:
     """The snapshot as plain text: one line per queue, a total line, then the workers."""
     approx = "~" if snap.done_estimated else ""
     header = (
-        "queue", "pending", "due", "lag", "running", "expired", "dead", "done", "done 5m", "done 60m",
-        "dead 5m", "dead 60m", "cancelled 60m",
+        "queue", "pending", "due", "lag", "running", "expired", "waiting", "dead", "done", "done 5m",
+        "done 60m", "dead 5m", "dead 60m", "cancelled 60m",
     )  # fmt: skip
     lines = [header]
     for q in (*snap.queues, snap.total):
@@ -25,7 +30,7 @@ def format_table(snap: Snapshot) -> str:
         lines.append(
             (
                 name, _of(q.pending, q.max_depth), str(q.due), format_seconds(q.lag), _of(q.running, q.max_running),
-                str(q.expired),
+                str(q.expired), str(q.waiting),
                 str(q.dead), done, str(q.done_5m), str(q.done_60m), str(q.dead_5m), str(q.dead_60m),
                 str(q.cancelled_60m),
             )
@@ -54,7 +59,8 @@ def format_table(snap: Snapshot) -> str:
     out.append("")
     if snap.workers:
         rows = [("worker", "state", "host", "pid", "lanes", "running", "last seen")]
-        for w in snap.workers:
+        # a supervisor's processes together (their ids start with its id), after the others
+        for w in sorted(snap.workers, key=lambda w: "" if w.supervisor is None else w.supervisor.id):
             lanes = ",".join(
                 f"{queue}:{slots}" + (f"({w.stuck[queue]} stuck)" if w.stuck.get(queue) else "")
                 for queue, slots in sorted(w.lanes.items())
@@ -62,9 +68,19 @@ def format_table(snap: Snapshot) -> str:
             seen = f"{format_seconds(w.silent_for)} ago"
             rows.append((w.worker_id, w.state, w.hostname, str(w.pid), lanes, str(w.running), seen))
         out += _columns(rows)
+        out += [format_supervisor(s) for s in supervisors(snap.workers).values()]
     else:
         out.append(f"no worker seen in the last {WORKERS_RECENT_SECONDS // 60} minutes")
     return "\n".join(out)
+
+
+def format_supervisor(s: SupervisorFigures) -> str:
+    """One line per supervisor (jobq_worker --processes) of the listed workers."""
+    line = (
+        f"supervisor {s.id}: pid {s.pid} on {s.host}, since {s.started_at}; {s.processes} process(es), "
+        f"{s.started} started, {s.restarts} unplanned exit(s), {s.recycled} recycled"
+    )
+    return line + (f"; last exit: {s.last_exit}" if s.last_exit else "")
 
 
 def format_upkeep(snap: Snapshot) -> str:
@@ -77,9 +93,20 @@ def format_upkeep(snap: Snapshot) -> str:
         else f"{format_seconds((snap.now - t.vacuumed_at).total_seconds())} ago"
     )
     return (
-        f"table jobq_job: {format_bytes(t.table_bytes)} (indexes {format_bytes(t.index_bytes)}), "
-        f"~{t.live_rows} live rows, {t.dead_rows} dead ({t.dead_share:.0%}), last vacuum {vacuumed}"
+        (
+            f"table jobq_job: {format_bytes(t.table_bytes)} (indexes {format_bytes(t.index_bytes)}), "
+            f"~{t.live_rows} live rows, {t.dead_rows} dead ({t.dead_share:.0%}), last vacuum {vacuumed}"
+        )
+        + ("" if t.autovacuum else f"; {AUTOVACUUM_OFF}")
+        + _holding_back(t.oldest_xact_seconds)
     )
+
+
+def _holding_back(seconds: float | None) -> str:
+    """The upkeep line's note of a transaction open long enough to matter (OLD_XACT_SECONDS)."""
+    if seconds is None or seconds < OLD_XACT_SECONDS:
+        return ""
+    return f"; a transaction open {format_seconds(seconds)} holds back vacuum"
 
 
 def format_bytes(size: int) -> str:

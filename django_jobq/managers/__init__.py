@@ -1,6 +1,6 @@
 """JobManager: each public operation runs one named statement from django_jobq.sql.
 
-Split by concern: producing (enqueue), consuming (claim and the fenced writes of a worker), waiting
+Split by concern: producing (enqueue), graphs (enqueue with dependencies), consuming (claim and the fenced writes of a worker), waiting
 (wait_for), maintenance (reap, requeue, prune, counts), control (cancel), queue state (pause, resume) and the
 scheduler's statements (schedules); the async twins are derived here with sync_to_async.
 """
@@ -14,8 +14,9 @@ from asgiref.sync import sync_to_async
 from ..status import CancelCounts, CancelOutcome, JobStatus
 from .consuming import ConsumerManager, result_json
 from .control import ControlManager
+from .graphs import GraphManager
 from .maintenance import MaintenanceManager
-from .producing import NewJob, ProducerManager
+from .producing import NewJob
 from .queues import QueueStateManager
 from .schedules import ScheduleStatementsManager
 from .waiting import WaitingManager
@@ -27,7 +28,7 @@ __all__ = ["JobManager", "NewJob", "result_json"]
 
 
 class JobManager(
-    ProducerManager,
+    GraphManager,
     ConsumerManager,
     WaitingManager,
     MaintenanceManager,

@@ -96,10 +96,14 @@ class ConsumerManager(CapManager):
         lease_seconds: float | None = None,
         *,
         exclude: Sequence[str] = (),
+        look_past: bool = True,
     ) -> tuple[set[int], list[Job]]:
         """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
         ``exclude``) in a single statement (one commit). A queue with JOBQ["QUEUES"][q]["MAX_RUNNING"]
         is claimed from under that cap, across every worker (claim and claim_batch ignore caps).
+        When a task cap cut the claim short, it claims again for the jobs behind those held back
+        unless ``look_past`` is False (that reads the held-back jobs: the worker does it at most
+        every LOOK_PAST_SECONDS while it finds nothing there).
 
         Returns the ids completed (still owned) and the jobs claimed (``limit`` may be 0)."""
         ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
@@ -111,18 +115,18 @@ class ConsumerManager(CapManager):
         }  # fmt: skip
         caps = jobq_settings().caps()
         if queue is not None:
-            return self._complete_and_claim({**params, "cap": caps.get(queue)})
+            return self._complete_and_claim({**params, "cap": caps.get(queue)}, look_past)
         # The "*" lane: every uncapped queue in one statement, then each capped one it serves.
         params["exclude"] = [*exclude, *caps]
-        completed, jobs = self._complete_and_claim(params)
+        completed, jobs = self._complete_and_claim(params, look_past)
         for name in sorted(set(caps) - set(exclude)):
             if len(jobs) >= limit:
                 break
             more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps[name]}
-            jobs += self._complete_and_claim({**more, "limit": limit - len(jobs)})[1]
+            jobs += self._complete_and_claim({**more, "limit": limit - len(jobs)}, look_past)[1]
         return completed, jobs
 
-    def _complete_and_claim(self, params: dict[str, Any]) -> tuple[set[int], list[Job]]:
+    def _complete_and_claim(self, params: dict[str, Any], look_past: bool) -> tuple[set[int], list[Job]]:
         """One complete-and-claim statement: for one queue (capped: under the queue's CAP_LOCK, in a
         transaction of its own), or for every queue but params["exclude"]. While tasks have caps, the
         pick leaves out what they hold back, claims again while it cut jobs that stood ahead of others
@@ -146,7 +150,7 @@ class ConsumerManager(CapManager):
             taken = len(jobs)
             # A claim that cut jobs took the first of each task (key) it cut and filled its room, so
             # each round leaves out one more task or key than the last: the rounds end.
-            while held_back and taken and len(jobs) < params["limit"]:
+            while look_past and held_back and taken and len(jobs) < params["limit"]:
                 more = {**params, **_CLAIM_ONLY, "limit": params["limit"] - len(jobs)}
                 _, found, held_back = self._run_complete_and_claim(statement, more)
                 jobs += found
@@ -342,10 +346,13 @@ class ConsumerManager(CapManager):
         running: int,
         stopped: bool,
         stuck: dict[str, int] | None = None,
+        supervisor: dict[str, Any] | None = None,
     ) -> None:
-        """Record that a worker is alive (or has stopped) in jobq_worker."""
+        """Record that a worker is alive (or has stopped) in jobq_worker; ``supervisor``: what its
+        supervisor last told it about itself (jobq_worker --processes)."""
         params = {
             "worker_id": worker_id, "hostname": hostname, "pid": pid, "lanes": validation.dump_json(lanes),
             "running": running, "stopped": stopped, "stuck": validation.dump_json(stuck or {}),
+            "supervisor": None if supervisor is None else validation.dump_json(supervisor, what="supervisor"),
         }  # fmt: skip
         self._execute(self._sql().WORKER_BEAT, params)

@@ -25,9 +25,16 @@ class MaintenanceManager(BaseJobManager):
         self._wake(sorted({row[2] for row in rows if row[3] == JobStatus.PENDING}))
         return [row[0] for row in rows]
 
+    def autovacuum_on(self) -> bool | None:
+        """Whether autovacuum vacuums jobq_job (the server's setting and the table's own); None on an
+        engine without autovacuum (SQLite)."""
+        value = self._execute(self._sql().AUTOVACUUM, {})[0][0]
+        return None if value is None else bool(value)
+
     def requeue(self, job_id: int, *, run_at: dt.datetime | None = None, priority: int | None = None) -> bool:
         """DEAD or CANCELLED -> PENDING with a fresh attempt budget (error history kept); False if
-        neither, or its dedupe key is held by another job (active, or finished inside its window)."""
+        neither, or its dedupe key is held by another job (active, or finished inside its window).
+        The jobs its failure cancelled through their dependencies wait for it again (WAITING)."""
         return bool(self.requeue_many([job_id], run_at=run_at, priority=priority))
 
     def requeue_many(
@@ -58,8 +65,11 @@ class MaintenanceManager(BaseJobManager):
         def run() -> list[int]:
             self._execute(self._sql().REQUEUE_FREE_KEYS, params)
             rows = self._execute(self._sql().REQUEUE, params)
+            requeued = [row[0] for row in rows]
+            if requeued:  # the dependents their failure cancelled wait for them again
+                self._execute(self._sql().REVIVE, {"ids": requeued})
             self._wake(sorted({row[1] for row in rows if row[2]}))
-            return [row[0] for row in rows]
+            return requeued
 
         return retrying_conflicts(self.connection.alias, run)
 
@@ -73,7 +83,7 @@ class MaintenanceManager(BaseJobManager):
             "age": validation.seconds(older_than, "older_than"),
             "batch": batch,
         }
-        return self._rowcount(self._sql().PRUNE, params)
+        return int(self._execute(self._sql().PRUNE, params)[0][0])
 
     def refresh_depths(self) -> None:
         """Record, for every queue with a MAX_DEPTH whose depth lock is free, the id sequence read

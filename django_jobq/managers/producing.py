@@ -33,6 +33,8 @@ class NewJob(NamedTuple):
     dedupe_dead: float | dt.timedelta | None = None
     concurrency_key: str | None = None
     tags: Sequence[str] | None = None
+    depends_on: Sequence[int] | None = None  # existing jobs it waits for (django_jobq.workflows)
+    on_dependency_failure: str = "cancel"
 
 
 ON_DUPLICATE = ("skip", "replace", "debounce")

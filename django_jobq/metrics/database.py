@@ -26,13 +26,16 @@ logger = logging.getLogger("django_jobq")
 
 ALIVE_HEARTBEATS = 3  # a worker is alive while its last heartbeat is younger than this many intervals
 WORKERS_LIMIT = 500  # live workers read for jobq_queue_unserved (a "*" lane among them serves every queue)
-STATES = {JobStatus.PENDING: "pending", JobStatus.RUNNING: "running", JobStatus.DEAD: "dead"}
+STATES = {
+    JobStatus.PENDING: "pending", JobStatus.RUNNING: "running", JobStatus.DEAD: "dead",
+    JobStatus.WAITING: "waiting",
+}  # fmt: skip
 # Every family the collector may give (jobq_reaper_lease_seconds_left only once a reaper ran,
-# jobq_table_bytes on PostgreSQL only).
+# jobq_table_bytes and jobq_oldest_transaction_seconds on PostgreSQL only).
 FAMILIES = (
     "jobq_database_up", "jobq_queue_jobs", "jobq_queue_due_jobs", "jobq_queue_expired_leases",
     "jobq_queue_lag_seconds", "jobq_queue_paused", "jobq_queue_unserved", "jobq_workers_alive",
-    "jobq_reaper_lease_seconds_left", "jobq_table_bytes",
+    "jobq_reaper_lease_seconds_left", "jobq_table_bytes", "jobq_oldest_transaction_seconds",
 )  # fmt: skip
 
 
@@ -85,7 +88,7 @@ class DatabaseCollector(Collector):
         def run(statement: str, **extra: Any) -> list[tuple[Any, ...]]:
             return engine.run(connection, statement, {**params, **extra}).rows
 
-        jobs = GaugeMetricFamily("jobq_queue_jobs", "Jobs per queue and state (PENDING, RUNNING, DEAD).",
+        jobs = GaugeMetricFamily("jobq_queue_jobs", "Jobs per queue and state (PENDING, RUNNING, DEAD, WAITING).",
                                  labels=("queue", "state"))  # fmt: skip
         due = GaugeMetricFamily(
             "jobq_queue_due_jobs", "PENDING jobs whose run_at has come.", labels=("queue",)
@@ -123,7 +126,9 @@ class DatabaseCollector(Collector):
         for queue, flagged in due_by_queue.items():
             gone = flagged > 0 and queue not in paused_queues and "*" not in served and queue not in served
             unserved.add_metric([queue], int(gone))
-        workers, reaper_left, table_bytes, index_bytes = run(engine.stats.HEALTH, alive=alive_for)[0]
+        workers, reaper_left, table_bytes, index_bytes, oldest_xact = run(
+            engine.stats.HEALTH, alive=alive_for
+        )[0]
         alive = GaugeMetricFamily("jobq_workers_alive", "Worker processes with a recent heartbeat.")
         alive.add_metric([], workers)
         families = [jobs, due, expired, lag, paused, unserved, alive]
@@ -138,7 +143,12 @@ class DatabaseCollector(Collector):
             size = GaugeMetricFamily("jobq_table_bytes", "Size of jobq_job on disk.", labels=("part",))
             size.add_metric(["table"], table_bytes)
             size.add_metric(["indexes"], index_bytes)
-            families.append(size)
+            oldest = GaugeMetricFamily(
+                "jobq_oldest_transaction_seconds",
+                "Age of the oldest other transaction on the database holding back vacuum (0: none).",
+            )
+            oldest.add_metric([], oldest_xact or 0.0)
+            families += [size, oldest]
         return families
 
 

@@ -2,7 +2,11 @@
 asleep until a notification), the worker holds a PostgreSQL advisory lock that makes every enqueue
 NOTIFY (sql/postgres/terms.py, wake). While every lane is full, it lets the lock go and enqueues commit
 without NOTIFY, whose commits PostgreSQL serialises: a busy queue's producers never pay for wake-ups
-nobody waits for, and a lane that runs short claims again before it sleeps."""
+nobody waits for, and a lane that runs short claims again before it sleeps.
+
+One worker holding the lock is enough for every enqueue to notify, so a worker never queues behind
+another's hold (a waiting session would hold back vacuum all the while): it asks again every
+ASK_AGAIN_SECONDS, and takes the lock once the holder lets it go."""
 
 from __future__ import annotations
 
@@ -18,7 +22,14 @@ from typing import Any
 import psycopg
 
 from ..conf import jobq_settings
-from ..sql.postgres.listen import IDLE_LOCK_RELEASE, IDLE_LOCK_SESSION, IDLE_LOCK_TAKE, IDLE_LOCK_TAKEN
+from ..sql.postgres.listen import (
+    IDLE_LOCK_RELEASE,
+    IDLE_LOCK_SESSION,
+    IDLE_LOCK_TAKE,
+    IDLE_LOCK_TAKEN,
+    IDLE_LOCK_TRY,
+    IDLE_LOCK_WAIT,
+)
 from .listener import HEALTH_CHECK_SECONDS, LostCallback, listen_params, log_loss
 
 logger = logging.getLogger("django_jobq")
@@ -26,6 +37,11 @@ logger = logging.getLogger("django_jobq")
 # Seconds with every lane full before the lock is let go: a lane at the edge of full does not take
 # and release it with every claim.
 RELEASE_AFTER = 0.5
+# While another worker holds the lock (or waits for it), this one asks again this often, never queueing
+# behind it: a waiting session holds back vacuum (sql/postgres/listen.py). Enqueues notify meanwhile.
+ASK_AGAIN_SECONDS = 0.1
+# The longest wait behind enqueues in flight before asking again.
+TAKE_WAIT_SECONDS = 5.0
 
 
 class IdleLock(threading.Thread):
@@ -47,6 +63,7 @@ class IdleLock(threading.Thread):
         self.on_connected = on_connected
         self.stopping = threading.Event()
         self.held = threading.Event()
+        self.asked = threading.Event()  # set once an attempt to take the lock found it held elsewhere
         self._mutex = threading.Lock()  # guards _starved and _bell
         self._starved: set[str] = set()
         # The thread's wait ends when its session's socket turns readable or a byte is written to the
@@ -114,6 +131,20 @@ class IdleLock(threading.Thread):
                 self._conn = None
                 self.held.clear()
 
+    def _take(self, conn: psycopg.Connection[Any]) -> bool:
+        """Take the lock: at once if it is free; by waiting (at most TAKE_WAIT_SECONDS) if enqueues
+        in flight hold it; not while another worker holds it or waits for it. True when held."""
+        found = (conn.execute(IDLE_LOCK_TRY, self._params).fetchone() or ("worker",))[0]
+        if found != "enqueues":
+            return bool(found == "taken")
+        try:
+            with conn.transaction():
+                conn.execute(IDLE_LOCK_WAIT, {"wait": f"{int(TAKE_WAIT_SECONDS * 1000)}ms"})
+                conn.execute(IDLE_LOCK_TAKE, self._params)
+        except psycopg.errors.LockNotAvailable:
+            return False
+        return True
+
     def _serve(self, conn: psycopg.Connection[Any], bell: socket.socket) -> None:
         calm_since: float | None = None  # when the last starved lane filled up, while the lock is held
         last_check = time.monotonic()
@@ -124,13 +155,16 @@ class IdleLock(threading.Thread):
                 with self._mutex:
                     wanted = bool(self._starved)
                 if wanted and not self.held.is_set():
-                    conn.execute(IDLE_LOCK_TAKE, self._params)
-                    conn.execute(IDLE_LOCK_TAKEN, self._params)
-                    self.held.set()
-                    self.wake_all()
-                    calm_since = None
-                    continue
+                    if self._take(conn):
+                        conn.execute(IDLE_LOCK_TAKEN, self._params)
+                        self.held.set()
+                        self.wake_all()
+                        calm_since = None
+                        continue
+                    self.asked.set()
                 timeout = last_check + HEALTH_CHECK_SECONDS - time.monotonic()
+                if wanted and not self.held.is_set():
+                    timeout = min(timeout, ASK_AGAIN_SECONDS)
                 if self.held.is_set() and not wanted:
                     calm_since = calm_since or time.monotonic()
                     release_in = calm_since + RELEASE_AFTER - time.monotonic()

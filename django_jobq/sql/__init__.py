@@ -5,10 +5,10 @@
 engine.py). Nothing outside this package asks which database it talks to.
 
 Each engine's statements are one namespace gathered from its folder's files, split by concern:
-sql/postgres/ jobs (the job's transitions and maintenance), returns (jobs given back unstarted), enqueue (inserting jobs and the dedupe
+sql/postgres/ jobs (the job's transitions and maintenance), retention (counts and prune), returns (jobs given back unstarted), enqueue (inserting jobs and the dedupe
 rule), depth (MAX_DEPTH), pick (the claim's selection), inbound (first_seen), queues (pause),
 workers (worker records, maintenance leases, timeouts), schedules (the scheduler's passes and the
-settings sync); sql/sqlite/ jobs, enqueue, state (workers, leases, queues, inbound marks), schedules.
+settings sync), workflows (jobs with dependencies); sql/sqlite/ jobs, enqueue, state (workers, leases, queues, inbound marks), schedules.
 The dashboard's statements are each folder's stats. A name defined twice in one engine is an error at
 import; a name one engine has and the other lacks is an error too.
 """
@@ -28,10 +28,12 @@ from .postgres import enqueue as pg_enqueue
 from .postgres import inbound as pg_inbound
 from .postgres import jobs as pg_jobs
 from .postgres import queues as pg_queues
+from .postgres import retention as pg_retention
 from .postgres import returns as pg_returns
 from .postgres import schedules as pg_schedules
 from .postgres import stats as pg_stats
 from .postgres import workers as pg_workers
+from .postgres import workflows as pg_workflows
 from .postgres.engine import PostgresEngine
 from .sqlite import control as lite_control
 from .sqlite import enqueue as lite_enqueue
@@ -41,6 +43,7 @@ from .sqlite import queues as lite_queues
 from .sqlite import schedules as lite_schedules
 from .sqlite import stats as lite_stats
 from .sqlite import workers as lite_workers
+from .sqlite import workflows as lite_workflows
 from .sqlite.engine import SqliteEngine
 
 __all__ = ["Capabilities", "Engine", "Result", "engine_for", "statements_for"]
@@ -59,10 +62,27 @@ def _statements(*modules: ModuleType) -> Any:
 
 
 POSTGRES = _statements(
-    pg_jobs, pg_returns, pg_depth, pg_enqueue, pg_inbound, pg_queues, pg_schedules, pg_workers, pg_control
+    pg_jobs,
+    pg_retention,
+    pg_returns,
+    pg_depth,
+    pg_enqueue,
+    pg_inbound,
+    pg_queues,
+    pg_schedules,
+    pg_workers,
+    pg_control,
+    pg_workflows,
 )
 SQLITE_STATEMENTS = _statements(
-    lite_jobs, lite_enqueue, lite_inbound, lite_queues, lite_schedules, lite_workers, lite_control
+    lite_jobs,
+    lite_enqueue,
+    lite_inbound,
+    lite_queues,
+    lite_schedules,
+    lite_workers,
+    lite_control,
+    lite_workflows,
 )
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):

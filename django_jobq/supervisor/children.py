@@ -35,6 +35,7 @@ class Child:
     replaces: Child | None = None  # the process this one takes the place of
     stopping: str | None = None  # why the supervisor sent it SIGTERM
     terms: int = 0  # SIGTERMs sent: the first drains, the second stops it at once
+    metrics_port: int | None = None  # where it serves its figures (127.0.0.1), once it said so
     _pending: bytes = field(default=b"", repr=False)
 
     @property

@@ -2,12 +2,17 @@
 id of its own (``<supervisor id>/<n>``, n counting up). A process that ends unasked is started again
 (with backoff while they die young; too many within the window ends the supervisor); one over
 --max-jobs or --max-memory, or every one on SIGHUP, is replaced: the new process starts first and the
-old one drains once the new one runs. It opens no database connection."""
+old one drains once the new one runs. It opens no database connection: each process records what the
+supervisor tells it of itself (state(): restarts, the last exit) with its own heartbeat."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import itertools
+import json
 import logging
+import os
 import select
 import signal
 import socket
@@ -15,8 +20,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from . import children, memory
+from . import children, link, memory
 from .children import MAX_JOBS, MEMORY, RELOAD, Child
 from .policy import RestartPolicy, Verdict
 
@@ -43,6 +49,8 @@ class Plan:
     max_jobs: int | None = None  # only shown: the processes count their jobs themselves
     burst: bool = False  # a process that exits 0 unasked is done, not replaced
     grace: float = 30.0  # only shown: the processes drain within it
+    metrics_port: int | None = None  # serve the processes' figures there (supervisor/metrics.py)
+    metrics_addr: str = "0.0.0.0"
 
 
 class Supervisor:
@@ -54,6 +62,8 @@ class Supervisor:
     ) -> None:
         self.plan, self.argv = plan, argv
         self.env = dict(children.environment() if env is None else env)
+        if plan.metrics_port is not None:  # each process serves its figures on a port of its own
+            self.env[link.METRICS_ENV] = "1"
         self.policy = RestartPolicy(max_restarts=plan.max_restarts, window=plan.restart_window)
         self.children: list[Child] = []
         self.target = plan.processes  # processes wanted; --burst lowers it as processes finish
@@ -67,6 +77,8 @@ class Supervisor:
         self._hard = False
         self._kill_at: float | None = None
         self._next_sample = 0.0
+        self.started_at = dt.datetime.now(dt.UTC)
+        self.last_exit: str | None = None  # the last worker process's end, for state()
 
     @property
     def id(self) -> str:
@@ -83,6 +95,29 @@ class Supervisor:
             + f"; at most {p.max_restarts} unplanned exit(s) within {p.restart_window:g}s"
             + (", --burst" if p.burst else "")
         )
+
+    def state(self) -> dict[str, Any]:
+        """What each worker process records of its supervisor (link.STATE): the admin's workers page
+        and jobq_stats group the processes under it."""
+        return {
+            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+            "started_at": self.started_at.isoformat(timespec="seconds"), "processes": self.target,
+            "started": self.started, "restarts": self.unplanned, "recycled": sum(self.recycled.values()),
+            "last_exit": self.last_exit,
+        }  # fmt: skip
+
+    def metrics_ports(self) -> list[tuple[str, int | None]]:
+        """(worker id, local metrics port) of each running process, the port None until the process
+        has said it (read by the endpoint's thread: a copy of the list)."""
+        return [(c.worker_id, c.metrics_port) for c in list(self.children)]
+
+    def _broadcast(self) -> None:
+        """Send state() to every process (one that does not read it now gets the next one)."""
+        line = b"state " + json.dumps(self.state(), separators=(",", ":")).encode() + b"\n"
+        for child in self.children:
+            if child.sock is not None:
+                with contextlib.suppress(OSError):  # BlockingIOError: its buffer is full; gone: it ends
+                    child.sock.send(line)
 
     def summary(self) -> str:
         """One line: what happened, for the end of the run."""
@@ -105,11 +140,19 @@ class Supervisor:
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         }
+        server = None
         try:
+            if self.plan.metrics_port is not None:
+                from . import metrics  # prometheus-client, only for an endpoint
+
+                server = metrics.serve(self, self.plan.metrics_port, self.plan.metrics_addr)
             logger.info(self.banner())
             while self._step(woken):
                 pass
         finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             signal.set_wakeup_fd(previous_fd)
@@ -199,6 +242,8 @@ class Supervisor:
                 child.retiring = MAX_JOBS
                 logger.info("supervisor %s: worker %s did --max-jobs %s job(s); starting its replacement",
                             self.id, child, self.plan.max_jobs)  # fmt: skip
+        elif line.startswith("metrics ") and line[8:].isdigit() and 0 < int(line[8:]) < 65536:
+            child.metrics_port = int(line[8:])
         elif line:
             logger.warning("supervisor %s: worker %s said %r", self.id, child, line[:80])
 
@@ -226,6 +271,7 @@ class Supervisor:
             retiree.replacement, child.replaces = child, retiree
         self.children.append(child)
         self.started += 1
+        self._broadcast()
         logger.info("supervisor %s: started worker %s%s", self.id, child,
                     f" to replace {retiree.worker_id} ({retiree.retiring})" if retiree else "")  # fmt: skip
 
@@ -273,6 +319,12 @@ class Supervisor:
             child.terminate()
 
     def _ended(self, child: Child, now: float) -> None:
+        try:
+            self._account(child, now)
+        finally:
+            self._broadcast()
+
+    def _account(self, child: Child, now: float) -> None:
         self.children.remove(child)
         child.close()
         if child.replaces is not None:  # the process it was to replace waits for another
@@ -280,18 +332,22 @@ class Supervisor:
         if child.replacement is not None:
             child.replacement.replaces = None
         lived, status, code = now - child.started_at, child.status(), child.proc.returncode
+        self.last_exit = f"{child.worker_id} {status} after {lived:.1f}s"
         if child.stopping is not None or self.stopping is not None:
             why = REASONS.get(child.stopping or "", "stopped")
+            self.last_exit += f" ({why})"
             if child.stopping in REASONS:
                 self.recycled[child.stopping] += 1
             logger.info("supervisor %s: worker %s %s after %.1fs (%s)", self.id, child, status, lived, why)
             return
         if self.plan.burst and code == 0:
+            self.last_exit += " (nothing left to do, --burst)"
             self.target -= 1
             logger.info("supervisor %s: worker %s exited 0 after %.1fs: nothing left to do (--burst)",
                         self.id, child, lived)  # fmt: skip
             return
         reason = "stuck lane" if code == EXIT_STUCK else "crash" if code else "ended unasked"
+        self.last_exit += f" ({reason})"
         self.unplanned += 1
         verdict = self.policy.unplanned_exit(now=now, started_at=child.started_at, step_at_start=child.step)
         logger.warning("supervisor %s: worker %s %s after %.1fs (%s); %d unplanned exit(s) within %gs "

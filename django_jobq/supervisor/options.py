@@ -57,11 +57,13 @@ def plan(options: Mapping[str, Any]) -> Plan | None:
         raise ValueError(f"--max-jobs must be >= 1, not {options['max_jobs']}")
     if options.get("grace", 0) < 0:
         raise ValueError(f"--grace must be >= 0, not {options['grace']}")
-    if options.get("metrics_port") is not None:
+    metrics_port = options.get("metrics_port")
+    if metrics_port is not None and not 1 <= metrics_port <= 65535:
+        raise ValueError(f"--metrics-port must be in [1, 65535], not {metrics_port}")
+    if options.get("metrics_db"):
         raise ValueError(
-            "--metrics-port serves one process's figures and cannot be combined with --processes or "
-            "--max-memory; run one worker per container to scrape each, or serve the queue's figures "
-            "from jobq_reap --metrics-port --metrics-db"
+            "--metrics-db reads the database, which a supervisor never does: serve the queue's figures "
+            "from jobq_reap --metrics-port --metrics-db (or a worker without --processes)"
         )
     if max_memory is not None and not memory.available():
         raise ValueError("--max-memory needs /proc (Linux) or psutil to read a process's memory")
@@ -79,6 +81,8 @@ def plan(options: Mapping[str, Any]) -> Plan | None:
         max_jobs=options.get("max_jobs"),
         burst=bool(options.get("burst")),
         grace=float(options.get("grace", 30.0)),
+        metrics_port=metrics_port,
+        metrics_addr=str(options.get("metrics_addr") or "0.0.0.0"),
     )
 
 

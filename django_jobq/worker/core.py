@@ -92,6 +92,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.finished = threading.Event()
         self.processed = 0
         self.exit_code = 0
+        self.supervision: dict[str, Any] | None = None  # what a supervisor told it (supervisor/link.py)
         self._claimed = 0
         self._running = {}
         self._lock = threading.Lock()

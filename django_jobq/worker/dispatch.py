@@ -26,6 +26,10 @@ from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
 GIVE_BACK_RETRY_SECONDS = 1.0  # a give-back the database did not take is tried again after this
+# A lane whose claim came up short does not look past the jobs its task caps hold back again before
+# this: looking reads every held-back job, so a deep backlog of a task at its cap would cost each
+# cycle a read of it. Jobs of other tasks queued behind such a backlog wait at most this long more.
+LOOK_PAST_SECONDS = 0.2
 Report = Callable[[], None]  # logs and signals about an outcome, sent once the lane's jobs are handed out
 
 
@@ -150,9 +154,12 @@ class DispatchMixin(PauseMixin):
             if done or limit:
                 Job.objects.bound_statements()
                 sent = time.monotonic()  # the claimed leases run for at least LEASE_SECONDS from here
+                look_past = sent >= lane.look_past_at
                 completed, jobs = Job.objects.complete_and_claim(
-                    self.worker_id, done, limit, lane.claims, lease, exclude=exclude
+                    self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past
                 )
+                if look_past and len(jobs) < limit:  # nothing (more) behind the held-back jobs
+                    lane.look_past_at = sent + LOOK_PAST_SECONDS
                 self.outage.ok()
         except DatabaseError as exc:
             connections[jobq_settings().database].close()

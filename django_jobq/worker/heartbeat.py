@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import time
+from typing import Any
 
 from django.db import Error as DatabaseError
 from django.db import connections
@@ -25,6 +26,8 @@ EXIT_STUCK = 3  # the worker's exit status when a lane stayed wedged: let the su
 
 
 class HeartbeatMixin(DispatchMixin):
+    supervision: dict[str, Any] | None  # set by Worker; what a supervisor told it (supervisor/link.py)
+
     def _heartbeat_loop(self) -> None:
         conf = jobq_settings()
         next_beat = time.monotonic() + conf.heartbeat_seconds
@@ -82,7 +85,7 @@ class HeartbeatMixin(DispatchMixin):
         self._db(
             lambda: Job.objects.worker_beat(
                 self.worker_id, hostname=socket.gethostname(), pid=os.getpid(), lanes=lanes,
-                running=running, stopped=stopped, stuck=stuck,
+                running=running, stopped=stopped, stuck=stuck, supervisor=self.supervision,
             ),
             attempts=2,
         )  # fmt: skip

@@ -152,8 +152,13 @@ def seed() -> Job:
         worker_id="web-1:207", hostname="web-1", pid=207, lanes={"emails": 4, "interactive": 8}, running=0
     )
     WorkerRecord.objects.create(
-        worker_id="web-2:311", hostname="web-2", pid=311, lanes={"default": 3}, running=3
-    )
+        worker_id="web-2:311", hostname="web-2", pid=311, lanes={"default": 3}, running=3,
+        supervisor={
+            "id": "web-2", "host": "web-2", "pid": 300, "started_at": "2026-12-03T09:00:00+00:00",
+            "processes": 2, "started": 4, "restarts": 2, "recycled": 0,
+            "last_exit": "web-2/3 killed by SIGKILL after 40.2s (crash)",
+        },
+    )  # fmt: skip
     # schedules of both sources, one with a long name, a time zone and a published tick
     Schedule.objects.create(
         name="nightly-inventory-reconciliation-for-every-warehouse", task="shop.reconcile_inventory",
@@ -272,6 +277,24 @@ def test_cancel_a_tenants_jobs_and_pause_their_queue_in_a_real_browser(
     assert Job.objects.paused_queues() == ["reports"]
 
 
+def seed_workflow():
+    """An order's workflow: a chain into a group of six with a callback, the first two jobs done."""
+    from django_jobq.workflows import Signature, chain, group
+
+    members = [Signature("test.echo", {"order": 42, "part": n}, queue="emails") for n in range(6)]
+    workflow = chain(
+        Signature("test.echo", {"order": 42, "step": "reserve"}, queue="emails"),
+        Signature("test.echo", {"order": 42, "step": "charge"}, queue="emails"),
+        group(*members, then=Signature("test.noop", {"order": 42}, queue="emails")),
+    ).enqueue(name="order 42: reserve, charge, ship six parcels, then notify")
+    now = timezone.now()
+    for job_id in workflow.job_ids[:2]:  # finished as a worker would: the trigger settles the next one
+        Job.objects.filter(pk=job_id).update(
+            status=JobStatus.DONE, attempts=1, started_at=now, finished_at=now, result={"ok": True}
+        )
+    return workflow
+
+
 # Every page of the admin, by the path it lives at; "{dead}" / "{worker}" / ... are filled from seed().
 PAGES = {
     "index": "/admin/",
@@ -289,6 +312,9 @@ PAGES = {
     "workers": "/admin/django_jobq/workerrecord/",
     "worker": "/admin/django_jobq/workerrecord/{worker}/change/",
     "schedules": "/admin/django_jobq/schedule/",
+    "workflows": "/admin/django_jobq/workflow/",
+    "workflow": "/admin/django_jobq/workflow/{workflow}/change/",
+    "job_waiting": "/admin/django_jobq/job/{waiting}/change/",
 }
 
 # The page's layout, measured in the browser: the breadcrumbs' style against the admin's own variables,
@@ -382,7 +408,10 @@ def test_every_admin_page_reads_well_at_1400px(live_server, django_user_model, s
     settings.JOBQ = {**settings.JOBQ, "HEARTBEAT_SECONDS": 10}
     user = django_user_model.objects.create_superuser("oncall", "oncall@example.com", "correct horse")
     dead = seed()
+    workflow = seed_workflow()
     ids = {
+        "workflow": workflow.id,
+        "waiting": workflow.job_ids[-1],
         "dead": dead.pk,
         "running": Job.objects.filter(status=JobStatus.RUNNING)
         .order_by("id")

@@ -91,3 +91,28 @@ def test_search_by_tag_and_by_payload_containment(admin_client):
         response = admin_client.get("/admin/django_jobq/job/", {"q": bad}, follow=True)
         assert response.status_code == 200 and not response.context["cl"].result_list, bad
         assert [m.level_tag for m in response.context["messages"]] == ["warning"], bad
+
+
+def test_workflow_pages_and_waiting_counts(admin_client):
+    from django_jobq import dashboard
+    from django_jobq.workflows import Signature, chain
+
+    workflow = chain(Signature("test.echo", {"n": 1}), Signature("test.echo", {"n": 2})).enqueue(name="two")
+    first, second = workflow.job_ids
+    for url in (
+        "/admin/django_jobq/workflow/",
+        f"/admin/django_jobq/workflow/{workflow.id}/change/",
+        f"/admin/django_jobq/job/{second}/change/",
+        f"/admin/django_jobq/job/?workflow={workflow.id}",
+    ):
+        assert admin_client.get(url).status_code == 200, url
+    assert dashboard.snapshot().total.waiting == 1
+    (unfinished,) = dashboard.unfinished_workflows()
+    assert (unfinished.id, unfinished.counts) == (workflow.id, {"PENDING": 1, "WAITING": 1})
+    page = admin_client.get("/admin/django_jobq/job/dashboard/").content.decode()
+    assert f"/admin/django_jobq/workflow/{workflow.id}/change/" in page
+    admin_client.post(f"/admin/django_jobq/workflow/{workflow.id}/cancel/")
+    assert set(Job.objects.filter(pk__in=[first, second]).values_list("status", flat=True)) == {
+        JobStatus.CANCELLED
+    }
+    assert dashboard.unfinished_workflows() == []

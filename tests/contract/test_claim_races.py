@@ -38,7 +38,14 @@ def test_processes_drain_every_job_exactly_once():
     assert max(claimed.values()) == 1  # ... by exactly one process
     assert all(out["max_batch"] <= batch for out in outputs)
     assert sum(1 for out in outputs if out["claimed"]) >= 2  # the processes really raced
-    assert Job.objects.counts() == {"PENDING": 0, "RUNNING": 0, "DONE": total, "DEAD": 0, "CANCELLED": 0}
+    assert Job.objects.counts() == {
+        "PENDING": 0,
+        "RUNNING": 0,
+        "DONE": total,
+        "DEAD": 0,
+        "CANCELLED": 0,
+        "WAITING": 0,
+    }
     assert set(Job.objects.values_list("attempts", flat=True)) == {1}
 
 

@@ -2,6 +2,7 @@
 
 import asyncio
 import datetime as dt
+import time
 
 import pytest
 import time_machine
@@ -37,6 +38,22 @@ def test_stale_owner_is_refused_after_reap_and_reclaim(python_clock):
     assert job.status == JobStatus.DONE and job.result == "ok"
 
 
+def test_each_statement_records_its_own_time_not_its_transactions_start():
+    """A claim or a completion made late in a longer transaction (a capped claim after its lock, an
+    atomic task's DONE after its work) writes when it happened: a dependent claimed in a transaction
+    begun before its dependency finished never shows a start before that finish."""
+    with transaction.atomic():
+        first = Job.objects.enqueue("test.echo")
+        then = Job.objects.enqueue("test.echo", depends_on=[first])
+        run = Job.objects.claim("w1", lease_seconds=30)
+        time.sleep(0.002)  # past the coarsest clock's resolution (SQLite's: a millisecond)
+        assert Job.objects.complete(first, "w1", "ok", fence=run.fence)
+        time.sleep(0.002)
+        assert Job.objects.claim("w1", lease_seconds=30).id == then
+    a, b = Job.objects.get(id=first), Job.objects.get(id=then)
+    assert a.created_at <= a.started_at < a.finished_at < b.started_at
+
+
 @pytest.mark.p0
 def test_reap_returns_the_whole_backlog_and_buries_exhausted_jobs(python_clock):
     with time_machine.travel(T0, tick=False) as clock:
@@ -48,7 +65,7 @@ def test_reap_returns_the_whole_backlog_and_buries_exhausted_jobs(python_clock):
         reaped = Job.objects.reap()
         assert sorted(reaped) == sorted(ids)  # one call, every expired lease
     counts = Job.objects.counts()
-    assert counts == {"PENDING": 120, "RUNNING": 0, "DONE": 0, "DEAD": 30, "CANCELLED": 0}
+    assert counts == {"PENDING": 120, "RUNNING": 0, "DONE": 0, "DEAD": 30, "CANCELLED": 0, "WAITING": 0}
     dead = Job.objects.filter(status=JobStatus.DEAD).first()
     assert "lease expired" in dead.last_error and dead.worker_id == "crashed"
 
@@ -159,8 +176,22 @@ def test_counts_are_zero_filled_and_per_queue():
     Job.objects.enqueue("test.noop", queue="a")
     Job.objects.enqueue("test.noop", queue="b")
     Job.objects.claim("w", queues=["b"])
-    assert Job.objects.counts() == {"PENDING": 1, "RUNNING": 1, "DONE": 0, "DEAD": 0, "CANCELLED": 0}
-    assert Job.objects.counts("b") == {"PENDING": 0, "RUNNING": 1, "DONE": 0, "DEAD": 0, "CANCELLED": 0}
+    assert Job.objects.counts() == {
+        "PENDING": 1,
+        "RUNNING": 1,
+        "DONE": 0,
+        "DEAD": 0,
+        "CANCELLED": 0,
+        "WAITING": 0,
+    }
+    assert Job.objects.counts("b") == {
+        "PENDING": 0,
+        "RUNNING": 1,
+        "DONE": 0,
+        "DEAD": 0,
+        "CANCELLED": 0,
+        "WAITING": 0,
+    }
 
 
 def test_claim_filters_by_queue():

@@ -211,4 +211,5 @@ def test_reaper_pass_clears_a_backlog_and_prunes(python_clock):
         "DONE": 0,
         "DEAD": 0,
         "CANCELLED": 0,
+        "WAITING": 0,
     }  # never pruned

@@ -142,7 +142,8 @@ def test_format_rate_spells_the_setting(rate, text):
 @pytest.mark.p1
 def test_dashboard_page(admin_client, django_assert_max_num_queries, python_clock):
     _seed_dashboard()
-    with django_assert_max_num_queries(9):  # the snapshot's 7 statements, the session, the user
+    # the snapshot's 7 statements, the unfinished workflows, the session, the user
+    with django_assert_max_num_queries(10):
         response = admin_client.get(DASHBOARD)
     assert response.status_code == 200
     page = response.content.decode()
@@ -207,6 +208,7 @@ def test_dashboard_queries_read_indexes_with_a_large_history(admin_client, djang
         "DONE_ESTIMATE",
         "RUNNING_BY_TASK",
         "HEALTH",
+        "WORKFLOWS",
     )
     for name in statements:  # the dashboard's, and the metrics collector's (ACTIVE, PAUSED, HEALTH)
         plan = explain(getattr(stats, name), {"limit": 50, "recent": 600, "alive": 30})
@@ -228,7 +230,7 @@ def test_dashboard_queries_read_indexes_with_a_large_history(admin_client, djang
     assert snap.total.done_60m == pytest.approx(3_600 * 997 / 1000, rel=0.01)
     assert dashboard.snapshot(exact=True).total.done == done
 
-    with django_assert_max_num_queries(9):
+    with django_assert_max_num_queries(11):
         assert admin_client.get(DASHBOARD).status_code == 200
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get(JOBS)

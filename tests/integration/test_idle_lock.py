@@ -107,14 +107,15 @@ def test_an_enqueue_open_while_a_worker_goes_idle_runs_when_it_commits(worker_th
 
 def test_the_worker_that_takes_the_lock_tells_the_others_to_claim_again(worker_thread, lock):
     """Another worker (here a bare IdleLock, with no lane for the queue) asks for the lock first, so
-    it gets it when the open enqueue commits, while this worker stays queued behind it: only the
-    taker's notification ("claim again") can tell this worker about the job."""
+    it gets it when the open enqueue commits, while this worker, finding it asked for, does not queue
+    behind it: only the taker's notification ("claim again") can tell this worker about the job."""
     thread, commit, open_job = open_enqueue()
     other = lock()
     other.report("elsewhere", starved=True)
     wait_until(lambda: waiting_for_the_lock() == 1, message="the other worker waits for the lock")
     worker = worker_thread({"default": 1}, poll_interval=HOUR)
-    wait_until(lambda: waiting_for_the_lock() == 2, message="this worker waits behind it")
+    wait_until(lambda: worker.idle_lock and worker.idle_lock.asked.is_set(), message="this worker asked")
+    assert waiting_for_the_lock() == 1  # not queued behind the other worker
     commit.set()
     thread.join(10)
     wait_until(other.held.is_set, message="the other worker took the lock")
@@ -122,6 +123,31 @@ def test_the_worker_that_takes_the_lock_tells_the_others_to_claim_again(worker_t
         lambda: Job.objects.get(id=open_job[0]).status == JobStatus.DONE, timeout=10, message="the open job"
     )
     assert not worker.idle_lock.held.is_set()  # still queued: woken by the notification alone
+
+
+def test_a_worker_never_queues_behind_another_workers_hold_and_takes_the_lock_when_it_is_let_go(
+    lock, monkeypatch
+):
+    """A session waiting for a lock keeps a snapshot, which holds back vacuum in the whole database
+    for as long as it waits; another worker's hold lasts as long as its lanes are short of work. So a
+    second idle worker asks again now and then instead of queueing, and has the lock soon after the
+    first lets it go. Enqueues notify all along: one holder is enough."""
+    monkeypatch.setattr(idle_lock, "RELEASE_AFTER", 0.1)
+    first, second = lock(), lock()
+    first.report("a", starved=True)
+    wait_until(first.held.is_set, message="the first worker holds the lock")
+    second.report("b", starved=True)
+    wait_until(second.asked.is_set, message="the second worker asked for it")
+    assert waiting_for_the_lock() == 0 and not second.held.is_set()
+    with psycopg.connect(**connection_params("default"), autocommit=True) as conn:
+        waiting = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jobq-idle-lock'"
+            " AND datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()[0]
+    assert waiting == 0  # no idle-lock session sits in a lock wait, holding a snapshot
+    first.report("a", starved=False)
+    wait_until(second.held.is_set, timeout=10, message="the second worker took the lock once it was let go")
+    assert not first.held.is_set()
 
 
 def test_a_full_lane_lets_the_lock_go_and_claims_without_notifications(worker_thread, listen, settings):

@@ -285,3 +285,20 @@ def test_bad_metrics_options_are_refused_before_anything_runs(args, message):
         args = tuple(a.format(taken=taken.getsockname()[1]) for a in args)
         with pytest.raises(CommandError, match=message):
             call_command("jobq_reap", "--once", *args)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_left_open_is_the_oldest_transactions_age(fresh_figures):
+    """jobq_oldest_transaction_seconds: 0 with no other transaction open; an open one's age while it
+    stays open (it holds back vacuum)."""
+    import psycopg
+
+    from django_jobq.notify.listener import connection_params
+
+    assert of(samples(), "jobq_oldest_transaction_seconds") < 5  # none, or a moment's
+    with psycopg.connect(**connection_params("default")) as holder:
+        holder.execute("SELECT txid_current()")
+        time.sleep(0.3)
+        fresh_figures.forget()
+        assert of(samples(), "jobq_oldest_transaction_seconds") >= 0.3
+        holder.rollback()

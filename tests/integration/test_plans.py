@@ -12,6 +12,7 @@ from django.db import connection, transaction
 
 from django_jobq.models import Job, JobStatus
 from django_jobq.sql.postgres import jobs as postgres
+from django_jobq.sql.postgres import retention
 from tests.conftest import plan_nodes
 
 # Transactional: the fixtures commit their rows and VACUUM ANALYZE them, as a live table would be; a
@@ -271,11 +272,15 @@ def history():
 @pytest.mark.parametrize("status", [2, 3], ids=["DONE", "DEAD"])
 def test_prune_deletes_its_batch_by_primary_key(history, status, generic):
     before = Job.objects.filter(status=status).count()
-    plan = run(postgres.PRUNE, {"status": status, "age": 86_400, "batch": 5_000}, generic=generic)
+    plan = run(retention.PRUNE, {"status": status, "age": 86_400, "batch": 5_000}, generic=generic)
     assert_no_table_scan(plan, bitmaps=True)
     names = {n.get("Index Name") for n in plan_nodes(plan)} - {None}
-    assert names == {"jobq_job_finished", "jobq_job_pkey"}, names
-    delete = [n for n in scans(plan) if n.get("Index Name") == "jobq_job_pkey"]
+    # the workflow checks' lookups are planned but never run for jobs outside workflows; the edges of
+    # the deleted jobs are deleted by primary key (none here: an empty array)
+    workflow_checks = {"jobq_job_workflow", "jobq_dependency_of"}
+    assert names - workflow_checks - {"jobq_dependency_pkey"} == {"jobq_job_finished", "jobq_job_pkey"}, names
+    assert all(n["Actual Loops"] == 0 for n in plan_nodes(plan) if n.get("Index Name") in workflow_checks)
+    delete = [n for n in scans(plan) if n.get("Index Name") == "jobq_job_pkey" and n["Actual Loops"]]
     assert len(delete) == 1 and delete[0]["Node Type"] == "Index Scan" and delete[0]["Actual Rows"] == 5_000
     # the batch from the index (only that status's old rows), then each row by primary key
     assert rows_read(plan) <= 2 * 5_000
@@ -308,11 +313,11 @@ def wide_history():
 
 @pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
 def test_counts_read_the_partial_indexes_only(wide_history, generic):
-    for sql, params in ((postgres.COUNTS, {}), (postgres.COUNTS_QUEUE, {"queue": "b"})):
+    for sql, params in ((retention.COUNTS, {}), (retention.COUNTS_QUEUE, {"queue": "b"})):
         plan = run(sql, params, generic=generic)
         assert_no_table_scan(plan)
         assert {n.get("Index Name") for n in scans(plan)} == {
-            "jobq_job_claim", "jobq_job_lease", "jobq_job_finished", "jobq_job_dead",
+            "jobq_job_claim", "jobq_job_lease", "jobq_job_finished", "jobq_job_dead", "jobq_job_waiting",
         }  # fmt: skip
     assert Job.objects.counts() == {
         "PENDING": 20_000,
@@ -320,6 +325,7 @@ def test_counts_read_the_partial_indexes_only(wide_history, generic):
         "DONE": 200_000,
         "DEAD": 500,
         "CANCELLED": 0,
+        "WAITING": 0,
     }
     assert Job.objects.counts("b") == {
         "PENDING": 10_000,
@@ -327,8 +333,16 @@ def test_counts_read_the_partial_indexes_only(wide_history, generic):
         "DONE": 0,
         "DEAD": 500,
         "CANCELLED": 0,
+        "WAITING": 0,
     }
-    assert Job.objects.counts("nowhere") == {"PENDING": 0, "RUNNING": 0, "DONE": 0, "DEAD": 0, "CANCELLED": 0}
+    assert Job.objects.counts("nowhere") == {
+        "PENDING": 0,
+        "RUNNING": 0,
+        "DONE": 0,
+        "DEAD": 0,
+        "CANCELLED": 0,
+        "WAITING": 0,
+    }
 
 
 # -- tags: cancel_many's selection -----------------------------------------------------------------

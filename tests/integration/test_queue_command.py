@@ -33,12 +33,12 @@ def test_status_gives_the_state_and_the_counts():
     Job.objects.enqueue_many(NewJob("test.noop", queue="emails") for _ in range(3))
     assert (
         run("status", "emails")
-        == "queue emails: running\n  pending 3  running 0  done 0  dead 0  cancelled 0\n"
+        == "queue emails: running\n  pending 3  running 0  done 0  dead 0  cancelled 0  waiting 0\n"
     )
     Job.objects.pause_queue("emails", by="alice")
     out = run("status", "emails")
     assert out.startswith("queue emails: paused since ") and " by alice\n" in out
-    assert out.endswith("  pending 3  running 0  done 0  dead 0  cancelled 0\n")
+    assert out.endswith("  pending 3  running 0  done 0  dead 0  cancelled 0  waiting 0\n")
 
 
 def test_status_without_a_name_lists_the_paused_queues():

@@ -125,3 +125,21 @@ def test_a_job_the_reaper_puts_back_to_pending_wakes_a_waiting_worker(a_worker_w
             assert sorted(Reaper().run_once().reaped) == sorted([back, dead])
         assert notifications(listen) == ["again"]
     assert Job.objects.get(id=dead).status == JobStatus.DEAD
+
+
+@pytest.mark.django_db
+def test_the_reaper_warns_once_when_autovacuum_never_vacuums_the_job_table(caplog):
+    """Taking up its role, the reaper says that nothing vacuums jobq_job (here the table opts out, in
+    this test's transaction, rolled back after it); renewing the role does not say it again."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE jobq_job SET (autovacuum_enabled = off)")
+    reaper = Reaper(interval=0.05)
+    with caplog.at_level("WARNING", logger="django_jobq"):
+        assert reaper.acquire() and reaper.acquire()
+    warnings = [
+        r.getMessage() for r in caplog.records if "autovacuum does not vacuum jobq_job" in r.getMessage()
+    ]
+    assert len(warnings) == 1
+    reaper.release()

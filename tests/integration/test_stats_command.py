@@ -60,6 +60,7 @@ def test_table(python_clock):
         "lag",
         "running",
         "expired",
+        "waiting",
         "dead",
         "done",
         "done",
@@ -73,7 +74,7 @@ def test_table(python_clock):
         "cancelled",
         "60m",
     ]
-    assert lines[2].split() == ["default", "0", "0", "-", "0", "0", "1", "0", "0", "0", "1", "1", "0"]
+    assert lines[2].split() == ["default", "0", "0", "-", "0", "0", "0", "1", "0", "0", "0", "1", "1", "0"]
     assert lines[3].split()[:4] == ["emails", "2", "2", "10m00s"]
     assert lines[4].split()[:3] == ["(all)", "2", "2"]
     assert "host-1:42" in out and "alive" in out and "default:2,emails:4" in out
@@ -198,6 +199,45 @@ def test_a_worker_whose_lane_is_all_stuck_shows_as_stuck():
     assert "default:2(2 stuck)" in out.getvalue()
 
 
+def test_a_supervisors_processes_are_listed_together_with_what_it_last_told_them(admin_client):
+    def state(started: int, restarts: int, last_exit: str | None) -> dict:
+        return {
+            "id": "web-1:7", "host": "web-1", "pid": 7, "started_at": "2026-12-03T09:00:00+00:00",
+            "processes": 2, "started": started, "restarts": restarts, "recycled": 0, "last_exit": last_exit,
+        }  # fmt: skip
+
+    now = timezone.now()
+    WorkerRecord.objects.create(
+        worker_id="web-1:7/1", hostname="web-1", pid=11, lanes={"default": 4},
+        started_at=now - dt.timedelta(minutes=5), supervisor=state(2, 0, None),
+    )  # fmt: skip
+    WorkerRecord.objects.create(
+        worker_id="web-1:7/3", hostname="web-1", pid=13, lanes={"default": 4},
+        supervisor=state(3, 1, "web-1:7/2 killed by SIGKILL after 40.0s (crash)"),
+    )  # fmt: skip
+    WorkerRecord.objects.create(worker_id="alone:5", hostname="alone", pid=5, lanes={"default": 1})
+    WorkerRecord.objects.create(  # a forged record: shown as a worker, its "supervisor" ignored
+        worker_id="odd:6", hostname="odd", pid=6, lanes={}, supervisor={"id": "x", "pid": "not a pid"}
+    )
+    out = StringIO()
+    call_command("jobq_stats", stdout=out)
+    lines = out.getvalue().splitlines()
+    order = [line.split()[0] for line in lines if line.startswith(("web-1", "alone", "odd"))]
+    assert order[-2:] == ["web-1:7/3", "web-1:7/1"]  # together, after the others
+    # the newest process's telling: the restart and what ended
+    assert lines[-1] == (
+        "supervisor web-1:7: pid 7 on web-1, since 2026-12-03T09:00:00+00:00; 2 process(es), 3 started, "
+        "1 unplanned exit(s), 0 recycled; last exit: web-1:7/2 killed by SIGKILL after 40.0s (crash)"
+    )
+    out = StringIO()
+    call_command("jobq_stats", "--json", stdout=out)
+    workers = {w["worker_id"]: w["supervisor"] for w in json.loads(out.getvalue())["workers"]}
+    assert workers["web-1:7/3"]["restarts"] == 1 and workers["alone:5"] is None and workers["odd:6"] is None
+    page = admin_client.get("/admin/django_jobq/workerrecord/?supervisor=web-1%3A7").content.decode()
+    assert "web-1:7/1" in page and "web-1:7/3" in page and "alone:5" not in page
+    assert "last exit: web-1:7/2 killed by SIGKILL after 40.0s (crash)" in page  # its tooltip
+
+
 @pytest.mark.django_db(transaction=True)
 def test_stats_show_depth_and_running_against_their_limits(settings):
     from django.core.management import call_command
@@ -246,3 +286,64 @@ def test_the_job_tables_size_dead_rows_and_last_vacuum():
     after = flushed_stats()
     assert after["dead_rows"] < before["dead_rows"]
     assert dt.datetime.fromisoformat(after["vacuumed_at"]) >= vacuumed_before
+
+
+def test_the_upkeep_line_says_when_autovacuum_never_vacuums_the_job_table():
+    """A server with autovacuum off, or a table opted out of it: nothing removes the dead rows, so the
+    table line says so and the JSON has "autovacuum": false. The opt-out is this test's transaction's
+    own, rolled back after it."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        server_on = cursor.fetchone()[0] == "on"
+    out, _, _ = stats("--json")
+    assert json.loads(out)["table"]["autovacuum"] is server_on
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE jobq_job SET (autovacuum_enabled = false)")
+    out, _, _ = stats("--json")
+    assert json.loads(out)["table"]["autovacuum"] is False
+    text, _, _ = stats()
+    assert "AUTOVACUUM OFF: nothing removes its dead rows" in text
+    assert Job.objects.autovacuum_on() is False
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE jobq_job RESET (autovacuum_enabled)")
+    assert Job.objects.autovacuum_on() is server_on
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_left_open_is_named_and_crosses_max_xact_age():
+    """Another session's open transaction holds back vacuum: its age is in the JSON, and past
+    --max-xact-age the command says so and exits 1. Once it ends the threshold is clear again."""
+    import time
+
+    import psycopg
+
+    from django_jobq.notify.listener import connection_params
+
+    with psycopg.connect(**connection_params("default")) as holder:
+        holder.execute("SELECT txid_current()")  # an xid: vacuum's horizon stops here
+        time.sleep(0.3)
+        out, _, status = stats("--json", "--max-xact-age", "0.2")
+        data = json.loads(out)
+        assert status == jobq_stats.EXIT_CROSSED and data["table"]["oldest_xact_seconds"] >= 0.3
+        assert any("holds back vacuum" in p for p in data["problems"]), data["problems"]
+        holder.rollback()
+    out, _, status = stats("--json", "--max-xact-age", "0.2")
+    assert status == 0 and not any("holds back vacuum" in p for p in json.loads(out)["problems"])
+
+
+def test_the_upkeep_line_names_a_transaction_open_a_minute_or_more():
+    import dataclasses
+
+    from django_jobq.dashboard.text import OLD_XACT_SECONDS, format_upkeep
+
+    snap = dashboard.snapshot(upkeep=True)
+
+    def line(oldest: float | None) -> str:
+        return format_upkeep(
+            dataclasses.replace(snap, table=dataclasses.replace(snap.table, oldest_xact_seconds=oldest))
+        )
+
+    assert "holds back vacuum" not in line(None) and "holds back vacuum" not in line(OLD_XACT_SECONDS - 1)
+    assert line(312).endswith("; a transaction open 5m12s holds back vacuum")

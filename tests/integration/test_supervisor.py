@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Count
 
 from django_jobq.managers import NewJob
-from django_jobq.models import Job, JobStatus
+from django_jobq.models import Job, JobStatus, WorkerRecord
 from django_jobq.supervisor import EXIT_RESTART_LIMIT
 from tests.conftest import start_worker, wait_until
 from tests.testapp.models import Ledger
@@ -143,9 +143,76 @@ def test_a_worker_killed_mid_job_is_replaced_and_its_job_finishes_once(supervise
     assert runs[0] == (1, victim) and len(runs) == 2 and runs[1][0] == 2 and runs[1][1] != victim
     job = Job.objects.get(id=jid)
     assert (job.attempts, job.result) == (2, {"fence": 2})
+    # every process records what its supervisor told it: the restart and what ended
+    survivor = next(w for w in ("sup/1", "sup/2") if w != victim)
+
+    def told(worker_id: str) -> dict | None:
+        record = WorkerRecord.objects.filter(worker_id=worker_id).first()
+        state = record.supervisor if record else None
+        return state if state and state["restarts"] == 1 else None
+
+    for worker_id in (survivor, "sup/3"):
+        state = wait_until(lambda w=worker_id: told(w), message=f"{worker_id}'s record of its supervisor")
+        assert (state["id"], state["processes"], state["started"], state["pid"]) == (
+            "sup",
+            2,
+            3,
+            sup.proc.pid,
+        )
+        assert re.fullmatch(rf"{victim} killed by SIGKILL after [\d.]+s \(crash\)", state["last_exit"])
     sup.signal(signal.SIGTERM)
     assert sup.wait() == 0
     assert "3 worker process(es) started, 1 unplanned exit(s); exit status 0" in sup.log()
+
+
+@pytest.mark.p1
+def test_the_supervisors_endpoint_gives_each_process_figures_labelled_by_worker(supervise):
+    """Each process's counters stay its own series (a sum would fall when one ends): their sum is the
+    jobs run; a process that ends leaves, its replacement joins, and the supervisor counts the exit."""
+    from tests.integration.test_metrics import free_port, scrape
+
+    ids = [Job.objects.enqueue("test.noop") for _ in range(20)]
+    port = free_port()
+    sup = supervise(
+        "--processes", "2", "--concurrency", "2", "--worker-id", "fed", "--metrics-port", str(port)
+    )
+    sup.wait_for(r"supervisor fed: worker fed/2 \(pid \d+\) ready after", count=1)
+    wait_until(lambda: all_done(ids), message="the jobs done")
+
+    def succeeded(figures: dict) -> dict[str, float]:
+        return {
+            dict(labels)["worker"]: value
+            for (name, labels), value in figures.items()
+            if name == "jobq_jobs_succeeded_total"
+        }
+
+    def up(figures: dict) -> dict[str, float]:
+        return {
+            dict(labels)["worker"]: value
+            for (name, labels), value in figures.items()
+            if name == "jobq_supervisor_worker_up"
+        }
+
+    # a process counts as up once it has told the supervisor its port: until then it is reported 0
+    figures = wait_until(
+        lambda: (f := scrape(port)) and sum(succeeded(f).values()) == 20 and set(up(f).values()) == {1} and f,
+        message="20 runs counted, both processes read",
+    )
+    assert set(succeeded(figures)) <= {"fed/1", "fed/2"}
+    assert figures[("jobq_supervisor_processes", ())] == 2
+    assert up(figures) == {"fed/1": 1, "fed/2": 1}
+    assert ("jobq_lane_slots", (("lane", "*"), ("worker", "fed/1"))) in figures  # each process's own gauges
+    os.kill(sup.pids()["fed/1"], signal.SIGKILL)
+    sup.wait_for(r"supervisor fed: worker fed/3 \(pid \d+\) ready after")
+    figures = wait_until(
+        lambda: (f := scrape(port)) and ("jobq_supervisor_worker_up", (("worker", "fed/3"),)) in f and f,
+        message="the replacement's figures",
+    )
+    assert ("jobq_supervisor_worker_up", (("worker", "fed/1"),)) not in figures
+    assert figures[("jobq_supervisor_unplanned_exits_total", ())] == 1
+    assert figures[("jobq_supervisor_started_total", ())] == 3
+    sup.signal(signal.SIGTERM)
+    assert sup.wait() == 0
 
 
 @pytest.mark.p1

@@ -30,7 +30,14 @@ def test_burst_drains_sync_and_async_tasks_and_stores_results():
     add = Job.objects.enqueue("test.async_add", {"a": 2, "b": 3})
     worker = run_burst()
     assert worker.processed == 21
-    assert Job.objects.counts() == {"PENDING": 0, "RUNNING": 0, "DONE": 21, "DEAD": 0, "CANCELLED": 0}
+    assert Job.objects.counts() == {
+        "PENDING": 0,
+        "RUNNING": 0,
+        "DONE": 21,
+        "DEAD": 0,
+        "CANCELLED": 0,
+        "WAITING": 0,
+    }
     assert [Job.objects.get(id=i).result for i in ids] == [{"n": i} for i in range(20)]
     assert Job.objects.get(id=add).result == 5
     record = WorkerRecord.objects.get(worker_id=worker.worker_id)

@@ -354,3 +354,9 @@ def object_gone(pk: int):
 @django_jobq.task(name="test.ledger_gone")
 def ledger_gone(pk: int):
     return Ledger.objects.get(pk=pk).pk
+
+
+@django_jobq.task(name="test.dependency_summary", takes_context=True)
+def dependency_summary(context, **kwargs):
+    """What a workflow's job saw of what it waited for."""
+    return [[r.job_id, r.status, r.result] for r in context.dependency_results()]

@@ -51,7 +51,7 @@ def test_memory_rows_are_lower_is_better_and_held_against_no_reference():
 @pytest.mark.parametrize(("growth", "met"), [(3.0, True), (250.0, False)])
 def test_jobq_rss_growth_per_job_is_a_target_with_met_or_missed(growth, met):
     results = {"W2 c4": {"jobq": drain(1000, growth=growth)}}
-    checks = report.targets(results, report.table(results, PLAN, QUICK, ["jobq"]))
+    checks = report.targets(results)
     check = next(c for c in checks if c["target"].startswith("jobq worker RSS growth"))
     assert check["value"] == growth and check["met"] is met
 

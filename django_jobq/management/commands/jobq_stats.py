@@ -63,6 +63,12 @@ class Command(BaseCommand):
             metavar="N",
             help="crossed when more RUNNING jobs have an expired lease",
         )
+        parser.add_argument(
+            "--max-xact-age",
+            type=_positive,
+            metavar="SECONDS",
+            help="crossed when another transaction on the database is open longer (it holds back vacuum)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         thresholds = {
@@ -70,6 +76,7 @@ class Command(BaseCommand):
             "max_due": options["max_due"],
             "max_dead": options["max_dead"],
             "max_expired": options["max_expired"],
+            "max_xact_age": options["max_xact_age"],
         }
         status = 0
         try:

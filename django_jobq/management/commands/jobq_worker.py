@@ -1,11 +1,13 @@
 import functools
 import logging
+import os
 import signal
 import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_jobq import metrics
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.management import metrics_options
 from django_jobq.metrics import worker as worker_metrics
@@ -109,18 +111,27 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.stop())
+        local = None  # supervised with --metrics-port: this process's figures, on a local port
+        if sock is not None and os.environ.pop(link.METRICS_ENV, None) == "1":
+            worker_metrics.connect()
+            local = metrics.serve(0, "127.0.0.1")
         if sock is not None:
-            link.Link(sock, worker, options["max_jobs"]).start()
+            port = None if local is None else int(local.server_port)
+            link.Link(sock, worker, options["max_jobs"], metrics_port=port).start()
         if not logging.getLogger("django_jobq").isEnabledFor(logging.INFO):  # else the worker logs it
             self.stdout.write(banner(worker))
         try:
-            if options["metrics_port"] is not None:
+            if options["metrics_port"] is not None or local is not None:
                 with worker_metrics.watching(worker):
                     worker.run()
             else:
                 worker.run()
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
+        finally:
+            if local is not None:
+                local.shutdown()
+                local.server_close()
         self.stdout.write(f"worker {worker.worker_id} stopped after {worker.processed} job(s)")
         if worker.exit_code:
             sys.exit(worker.exit_code)  # EXIT_STUCK: a lane stayed wedged; let the supervisor restart us

@@ -1,7 +1,7 @@
 """PostgreSQL: job control asked by an operator or the application: cancelling and rescheduling jobs."""
 
 from .jobs import _wake_waiters
-from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
+from .terms import CANCELLED, NOW, PENDING, RUNNING, WAITING, wake
 
 # cancel: for each job of %(ids)s (of queue %(queue)s, task %(task)s, carrying every tag of the JSON
 # array %(tags)s, where not NULL), a PENDING
@@ -16,20 +16,20 @@ from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
 CANCEL = f"""
 WITH chosen AS MATERIALIZED (
     SELECT id FROM jobq_job
-    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ({PENDING}, {RUNNING})
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ({PENDING}, {RUNNING}, {WAITING})
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AND (%(task)s::text IS NULL OR task = %(task)s::text)
       AND (%(tags)s::jsonb IS NULL OR tags @> %(tags)s::jsonb)
     ORDER BY id
     FOR UPDATE
 )
 UPDATE jobq_job AS j
-SET status = CASE WHEN j.status = {PENDING} THEN {CANCELLED} ELSE j.status END,
-    finished_at = CASE WHEN j.status = {PENDING} THEN {NOW} ELSE j.finished_at END,
-    key_released = j.key_released OR j.status = {PENDING},
-    last_error = CASE WHEN j.status = {PENDING} THEN 'cancelled by ' || %(by)s::text ELSE j.last_error END,
+SET status = CASE WHEN j.status IN ({PENDING}, {WAITING}) THEN {CANCELLED} ELSE j.status END,
+    finished_at = CASE WHEN j.status IN ({PENDING}, {WAITING}) THEN {NOW} ELSE j.finished_at END,
+    key_released = j.key_released OR j.status IN ({PENDING}, {WAITING}),
+    last_error = CASE WHEN j.status IN ({PENDING}, {WAITING}) THEN 'cancelled by ' || %(by)s::text ELSE j.last_error END,
     cancel_requested_at = COALESCE(j.cancel_requested_at, {NOW}),
     cancelled_by = COALESCE(j.cancelled_by, %(by)s::text)
-WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status IN ({PENDING}, {RUNNING})
+WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status IN ({PENDING}, {RUNNING}, {WAITING})
 RETURNING j.id, j.status, {_wake_waiters("j", f"j.status = {CANCELLED}")}
 """
 
@@ -39,7 +39,7 @@ RETURNING j.id, j.status, {_wake_waiters("j", f"j.status = {CANCELLED}")}
 # RUNNING ones on jobq_job_lease. Read-only; CANCEL then locks and re-checks each row.
 CANCEL_SELECT = f"""
 SELECT id FROM jobq_job
-WHERE status IN ({PENDING}, {RUNNING}) AND id > %(after)s AND id <= %(until)s
+WHERE status IN ({PENDING}, {RUNNING}, {WAITING}) AND id > %(after)s AND id <= %(until)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
 ORDER BY id
@@ -55,7 +55,7 @@ LIMIT %(limit)s
 # plan (a guessed limit, a third of the table under the bound) walk the primary key instead.
 CANCEL_SELECT_TAGGED = f"""
 SELECT id FROM jobq_job
-WHERE tags @> %(tags)s::jsonb AND status IN ({PENDING}, {RUNNING}) AND cancel_requested_at IS NULL
+WHERE tags @> %(tags)s::jsonb AND status IN ({PENDING}, {RUNNING}, {WAITING}) AND cancel_requested_at IS NULL
   AND id + 0 <= %(until)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)

@@ -70,9 +70,12 @@ class PostgresEngine(Engine):
 
     def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
         wrapper.ensure_connection()
+        conf = jobq_settings()
         params = {"statement_ms": f"{int(statement_s * 1000)}ms", "lock_ms": f"{int(lock_s * 1000)}ms"}
+        channels = {"channel": conf.notify_channel if conf.notify else "", "done_channel": conf.done_channel}
         with wrapper.wrap_database_errors, wrapper.connection.cursor() as cursor:
             cursor.execute(self.statements.SET_TIMEOUTS, params)
+            cursor.execute(self.statements.SET_CHANNELS, channels)
 
     bulk_min_rows = BULK_MIN_ROWS
 

@@ -35,7 +35,7 @@ from .pick import (
     _PICK_REST_TASK_CAPS,
     _WALK,
 )
-from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, wake
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, WAITING, wake
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
 
@@ -253,53 +253,6 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.status IN ({DEAD}, {CANCELL
 RETURNING j.id, j.queue, j.run_at <= {NOW} AS due, CASE WHEN j.run_at <= {NOW} THEN {wake("j.queue")} END
 """
 
-# counts: jobs per status, exact. Each arm repeats its partial index's predicate (status = …), so it is
-# counted from that index alone (an index-only scan where the visibility map allows): PENDING from
-# jobq_job_claim, RUNNING from jobq_job_lease, DONE from jobq_job_finished (finished_at, status) and DEAD
-# from jobq_job_dead, never from the table. Each arm's cost follows the rows of its status; the DONE arm
-# reads the whole DONE part of jobq_job_finished (an exact count cannot do less), which is a fraction of
-# the table's size. Read-only.
-COUNTS = f"""
-SELECT {PENDING}, count(*) FROM jobq_job WHERE status = {PENDING}
-UNION ALL SELECT {RUNNING}, count(*) FROM jobq_job WHERE status = {RUNNING}
-UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE}
-UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD}
-UNION ALL SELECT {CANCELLED}, count(*) FROM jobq_job WHERE status = {CANCELLED}
-"""
-
-# counts_queue: COUNTS for one queue. PENDING and DEAD are index-only ranges of their indexes (queue
-# leads them); RUNNING filters the lease index's rows (as many as jobs run); DONE filters the DONE part
-# of jobq_job_finished on its included queue column, index-only.
-COUNTS_QUEUE = f"""
-SELECT {PENDING}, count(*) FROM jobq_job WHERE status = {PENDING} AND queue = %(queue)s
-UNION ALL SELECT {RUNNING}, count(*) FROM jobq_job WHERE status = {RUNNING} AND queue = %(queue)s
-UNION ALL SELECT {DONE}, count(*) FROM jobq_job WHERE status = {DONE} AND queue = %(queue)s
-UNION ALL SELECT {DEAD}, count(*) FROM jobq_job WHERE status = {DEAD} AND queue = %(queue)s
-UNION ALL SELECT {CANCELLED}, count(*) FROM jobq_job WHERE status = {CANCELLED} AND queue = %(queue)s
-"""
-
-# prune: delete up to %(batch)s finished jobs of one terminal status older than the retention, except
-# a job still holding its dedupe key inside the key's window: that row outlives the retention until its
-# window ends (deleting it would free the key early).
-# The status guard repeats DONE/DEAD so that no parameter can ever make it delete an active job.
-# The batch is picked (and locked, skipping rows a concurrent prune holds) from jobq_job_finished
-# (finished_at, status), where the old rows are one range whose status is checked in the index without
-# visiting the table (oldest first: the order keeps every plan, generic ones too, on that index), and
-# the DELETE finds them by primary key (id = ANY(ARRAY(...)), an init plan): "id IN (subquery)" would
-# let the planner hash-join the batch against a scan of the whole table.
-PRUNE = f"""
-DELETE FROM jobq_job
-WHERE id = ANY(ARRAY(
-    SELECT id FROM jobq_job
-    WHERE status = %(status)s AND status IN ({DONE}, {DEAD}, {CANCELLED})
-      AND finished_at < {NOW} - make_interval(secs => %(age)s)
-      AND (dedupe_key IS NULL OR key_released OR {window_over("jobq_job")})
-    ORDER BY finished_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-)) AND status IN ({DONE}, {DEAD}, {CANCELLED})
-"""
-
 # set_progress: record {"done", "total"} on an owned RUNNING job.
 SET_PROGRESS = f"""
 UPDATE jobq_job SET progress = %(progress)s::jsonb
@@ -372,7 +325,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('jobq.cap:' || %(name)s, 0))
 # re-reads the row it waited for) and notifies; one that committed first leaves the job finished,
 # which the caller's next read sees. No row back when the job is finished or already marked.
 WAIT_MARK = f"""
-UPDATE jobq_job SET awaited = true WHERE id = %(id)s AND status IN ({PENDING}, {RUNNING}) AND NOT awaited
+UPDATE jobq_job SET awaited = true WHERE id = %(id)s AND status IN ({PENDING}, {RUNNING}, {WAITING}) AND NOT awaited
 RETURNING id
 """
 

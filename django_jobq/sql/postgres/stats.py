@@ -8,14 +8,17 @@ that (DONE_COUNT, DONE_ESTIMATE). All statements here are read-only, except DELE
 the admin's guarded delete.
 """
 
-from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING
+from .retention import _AUTOVACUUM_ON, _OLDEST_XACT
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, WAITING
 
-# active: per queue, the PENDING, RUNNING and DEAD jobs. Each arm repeats its partial index's predicate
-# (status = …) so PostgreSQL reads jobq_job_claim, jobq_job_lease and jobq_job_dead respectively.
+# active: per queue, the PENDING, RUNNING, DEAD and WAITING jobs. Each arm repeats its partial index's
+# predicate (status = …) so PostgreSQL reads jobq_job_claim, jobq_job_lease, jobq_job_dead and
+# jobq_job_waiting respectively.
 #   PENDING: jobs, those due now, and the run_at of the oldest due one (the lag), all in the claim
 #            index (queue, priority, run_at, id), so an index-only scan.
 #   RUNNING: jobs, those whose lease has expired (waiting for the reaper), and the earliest lease end.
 #   DEAD:    jobs; index-only on (queue, task).
+#   WAITING: jobs held for their dependencies (workflows); index-only on (queue).
 ACTIVE = f"""
 SELECT {PENDING} AS status, queue, count(*) AS jobs,
        count(*) FILTER (WHERE run_at <= {NOW}) AS flagged,
@@ -27,6 +30,29 @@ FROM jobq_job WHERE status = {RUNNING} GROUP BY queue
 UNION ALL
 SELECT {DEAD}, queue, count(*), 0, NULL
 FROM jobq_job WHERE status = {DEAD} GROUP BY queue
+UNION ALL
+SELECT {WAITING}, queue, count(*), 0, NULL
+FROM jobq_job WHERE status = {WAITING} GROUP BY queue
+"""
+
+
+# workflows: the %(limit)s most recent workflows (highest id) with an unfinished job, and their jobs per
+# status. "recent" walks jobq_job_workflow (workflow_id, status) backwards, the status list checked in
+# the index; the counts read the same index for those workflows only (index-only): the cost follows the
+# jobs of the workflows shown, never the rest of the table.
+WORKFLOWS = f"""
+WITH recent AS (
+    SELECT DISTINCT workflow_id FROM jobq_job
+    WHERE workflow_id IS NOT NULL AND status IN ({PENDING}, {RUNNING}, {WAITING})
+    ORDER BY workflow_id DESC
+    LIMIT %(limit)s
+)
+SELECT r.workflow_id, w.name, w.created_at, j.status, count(*)
+FROM recent AS r
+JOIN jobq_job AS j ON j.workflow_id = r.workflow_id
+LEFT JOIN jobq_workflow AS w ON w.id = r.workflow_id
+GROUP BY r.workflow_id, w.name, w.created_at, j.status
+ORDER BY r.workflow_id DESC, j.status
 """
 
 # done_estimate: the database clock, the planner's estimate of the table's rows and, per queue, the
@@ -80,22 +106,25 @@ RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING}
 
 # health: for the metrics' collector, one row: the workers alive (not stopped, a heartbeat within the
 # last %(alive)s seconds: jobq_worker_seen), the seconds left on the reaper's lease (NULL: no reaper
-# ever ran; negative: none holds it now), and the sizes of jobq_job and of its indexes in bytes (read
-# from the files' sizes: constant cost). Read-only.
+# ever ran; negative: none holds it now), the sizes of jobq_job and of its indexes in bytes (read
+# from the files' sizes: constant cost), and the age of the oldest transaction holding back vacuum
+# (retention._OLDEST_XACT). Read-only.
 HEALTH = f"""
 SELECT (SELECT count(*) FROM jobq_worker
         WHERE last_seen_at > {NOW} - make_interval(secs => %(alive)s) AND stopped_at IS NULL),
        (SELECT extract(epoch FROM (expires_at - {NOW}))::float8 FROM jobq_lease WHERE name = 'reaper'),
-       pg_table_size('jobq_job'::regclass), pg_indexes_size('jobq_job'::regclass)
+       pg_table_size('jobq_job'::regclass), pg_indexes_size('jobq_job'::regclass), {_OLDEST_XACT}
 """
 
 # table: jobq_job's upkeep for jobq_stats: its size and its indexes' in bytes (the files' sizes), the
 # live and dead row versions the statistics collector counted, and when it was last vacuumed and
-# analysed (by hand or by autovacuum). Reads the catalogue and the statistics views only: constant cost.
-TABLE = """
+# analysed (by hand or by autovacuum), whether autovacuum reaches it at all (retention.AUTOVACUUM), and
+# the age of the oldest transaction holding back vacuum (retention._OLDEST_XACT).
+# Reads settings, the catalogue and the statistics views only: constant cost.
+TABLE = f"""
 SELECT pg_table_size(s.relid), pg_indexes_size(s.relid), s.n_live_tup, s.n_dead_tup,
        greatest(s.last_vacuum, s.last_autovacuum), greatest(s.last_analyze, s.last_autoanalyze),
-       s.autovacuum_count
+       s.autovacuum_count, {_AUTOVACUUM_ON}, {_OLDEST_XACT}
 FROM pg_stat_user_tables AS s
 WHERE s.relid = 'jobq_job'::regclass
 """
@@ -103,7 +132,7 @@ WHERE s.relid = 'jobq_job'::regclass
 # workers: the workers whose heartbeat was seen in the last %(recent)s seconds, newest first, at most
 # %(limit)s (jobq_worker_seen index), with how long ago each was seen.
 WORKERS = f"""
-SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at,
+SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at, supervisor,
        extract(epoch FROM ({NOW} - last_seen_at))::float8 AS silent_for
 FROM jobq_worker
 WHERE last_seen_at > {NOW} - make_interval(secs => %(recent)s)

@@ -1,10 +1,15 @@
 """Terms every PostgreSQL statement shares: the clock and the status codes (from status.JobStatus)."""
 
-from ...status import CANCELLED, DEAD, DONE, PENDING, RUNNING
+from ...status import CANCELLED, DEAD, DONE, PENDING, RUNNING, WAITING
 
-__all__ = ["CANCELLED", "CLOCK", "DEAD", "DONE", "IDLE_LOCK", "NOW", "PENDING", "RUNNING", "wake"]
+__all__ = ["CANCELLED", "CLOCK", "DEAD", "DONE", "IDLE_LOCK", "NOW", "PENDING", "RUNNING", "WAITING", "wake"]
 
-NOW = "COALESCE(%(now)s::timestamptz, now())"
+# The statement's own time (statement_timestamp()), not its transaction's start (now()): a claim, or
+# a completion, made late in a longer transaction (a capped claim after its lock, an atomic task's
+# DONE after the task ran) records when it happened. So a dependent's started_at is never earlier
+# than its dependency's finished_at, and an atomic task's finished_at follows its work. Within one
+# statement it is one value, as now() was. The "python" clock binds %(now)s instead.
+NOW = "COALESCE(%(now)s::timestamptz, statement_timestamp())"
 
 
 # NOW read when it is evaluated rather than at the statement's start (the bound %(now)s of the "python"

@@ -7,12 +7,12 @@ from .terms import NOW
 # only that process writes it, so there is no contention.
 WORKER_BEAT = f"""
 INSERT INTO jobq_worker (worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at,
-                         stopped_at)
+                         stopped_at, supervisor)
 VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(lanes)s::jsonb, %(running)s, %(stuck)s::jsonb, {NOW}, {NOW},
-        CASE WHEN %(stopped)s THEN {NOW} END)
+        CASE WHEN %(stopped)s THEN {NOW} END, %(supervisor)s::jsonb)
 ON CONFLICT (worker_id) DO UPDATE
 SET running = EXCLUDED.running, stuck = EXCLUDED.stuck, last_seen_at = EXCLUDED.last_seen_at,
-    stopped_at = EXCLUDED.stopped_at
+    stopped_at = EXCLUDED.stopped_at, supervisor = EXCLUDED.supervisor
 """
 
 # prune_workers: forget workers not seen for a long time.
@@ -51,4 +51,10 @@ WHERE worker_id = %(worker_id)s AND stopped_at IS NULL
 SET_TIMEOUTS = """
 SELECT set_config('statement_timeout', %(statement_ms)s, false),
        set_config('lock_timeout', %(lock_ms)s, false)
+"""
+
+# set_channels: the channels the workflow trigger (migration 0009) notifies from this session, the
+# worker's and reaper's ('' for JOBQ["NOTIFY"] off); other sessions use the defaults.
+SET_CHANNELS = """
+SELECT set_config('jobq.channel', %(channel)s, false), set_config('jobq.done_channel', %(done_channel)s, false)
 """

@@ -1,7 +1,7 @@
 """SQLite: job control, under the names of sql/postgres/control.py. One writer at a time: the
 CANCEL statement sees no concurrent write, so its guards hold without row locks."""
 
-from .terms import CANCELLED, NOW, PENDING, RUNNING, each
+from .terms import CANCELLED, NOW, PENDING, RUNNING, WAITING, each
 
 # The job carries every tag of the JSON array %(tags)s (NULL: any job): none of them is missing.
 _TAGGED = """(%(tags)s IS NULL OR NOT EXISTS (
@@ -9,20 +9,20 @@ _TAGGED = """(%(tags)s IS NULL OR NOT EXISTS (
 
 CANCEL = f"""
 UPDATE jobq_job
-SET status = CASE WHEN status = {PENDING} THEN {CANCELLED} ELSE status END,
-    finished_at = CASE WHEN status = {PENDING} THEN {NOW} ELSE finished_at END,
-    key_released = key_released OR status = {PENDING},
-    last_error = CASE WHEN status = {PENDING} THEN 'cancelled by ' || %(by)s ELSE last_error END,
+SET status = CASE WHEN status IN ({PENDING}, {WAITING}) THEN {CANCELLED} ELSE status END,
+    finished_at = CASE WHEN status IN ({PENDING}, {WAITING}) THEN {NOW} ELSE finished_at END,
+    key_released = key_released OR status IN ({PENDING}, {WAITING}),
+    last_error = CASE WHEN status IN ({PENDING}, {WAITING}) THEN 'cancelled by ' || %(by)s ELSE last_error END,
     cancel_requested_at = COALESCE(cancel_requested_at, {NOW}),
     cancelled_by = COALESCE(cancelled_by, %(by)s)
-WHERE id IN {each("ids")} AND status IN ({PENDING}, {RUNNING})
+WHERE id IN {each("ids")} AND status IN ({PENDING}, {RUNNING}, {WAITING})
   AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s) AND {_TAGGED}
 RETURNING id, status, NULL
 """
 
 CANCEL_SELECT = f"""
 SELECT id FROM jobq_job
-WHERE status IN ({PENDING}, {RUNNING}) AND id > %(after)s AND id <= %(until)s
+WHERE status IN ({PENDING}, {RUNNING}, {WAITING}) AND id > %(after)s AND id <= %(until)s
   AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s) AND {_TAGGED}
 ORDER BY id
 LIMIT %(limit)s
@@ -30,7 +30,7 @@ LIMIT %(limit)s
 
 CANCEL_SELECT_TAGGED = f"""
 SELECT id FROM jobq_job
-WHERE status IN ({PENDING}, {RUNNING}) AND cancel_requested_at IS NULL AND id <= %(until)s
+WHERE status IN ({PENDING}, {RUNNING}, {WAITING}) AND cancel_requested_at IS NULL AND id <= %(until)s
   AND (%(queue)s IS NULL OR queue = %(queue)s) AND (%(task)s IS NULL OR task = %(task)s) AND {_TAGGED}
 LIMIT %(limit)s
 """

@@ -11,7 +11,7 @@ fence grows by one with every claim and in-slot retry and nothing lowers it.
 """
 
 from ..engine import Result, Script, Unsupported
-from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, each, plus, ts, window_over
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, WAITING, each, plus, ts, window_over
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "ts"]
 
@@ -228,24 +228,40 @@ WHERE id IN (SELECT id FROM chosen) AND status IN ({DEAD}, {CANCELLED})
 RETURNING id, queue, run_at <= {NOW} AS due
 """
 
+# autovacuum: SQLite has none (a database file is vacuumed by hand): NULL, nothing to warn of.
+AUTOVACUUM = "SELECT NULL"
+
 _COUNT = "SELECT {s}, count(*) FROM jobq_job WHERE status = {s}{where}"
 # counts / counts_queue: jobs per status, exact, one partial-index range each. Read-only.
-_STATUSES = (PENDING, RUNNING, DONE, DEAD, CANCELLED)
+_STATUSES = (PENDING, RUNNING, DONE, DEAD, CANCELLED, WAITING)
 COUNTS = "\nUNION ALL ".join(_COUNT.format(s=s, where="") for s in _STATUSES)
 COUNTS_QUEUE = "\nUNION ALL ".join(_COUNT.format(s=s, where=" AND queue = %(queue)s") for s in _STATUSES)
 
 # prune: delete up to %(batch)s finished jobs of one terminal status older than the retention, except a
-# job still holding its dedupe key inside its window. The repeated status guard keeps active jobs.
-PRUNE = f"""
-DELETE FROM jobq_job
+# job still holding its dedupe key inside its window, a job an unfinished job depends on, and a job of a
+# workflow with an unfinished job (as on PostgreSQL); then the edges into the deleted jobs. The count of
+# jobs deleted comes back.
+_ACTIVE = f"{PENDING}, {RUNNING}, {WAITING}"
+PRUNE = Script(
+    (
+        f"""DELETE FROM jobq_job
 WHERE id IN (
     SELECT id FROM jobq_job
     WHERE status = %(status)s AND status IN ({DONE}, {DEAD}, {CANCELLED})
       AND finished_at < {plus(NOW, "-%(age)s")}
       AND (dedupe_key IS NULL OR key_released OR {window_over("jobq_job")})
+      AND (NOT has_dependents OR NOT EXISTS (
+            SELECT 1 FROM jobq_dependency AS e JOIN jobq_job AS w ON w.id = e.dependent_id
+            WHERE e.dependency_id = jobq_job.id AND w.status IN ({_ACTIVE})))
+      AND (workflow_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jobq_job AS w WHERE w.workflow_id = jobq_job.workflow_id AND w.status IN ({_ACTIVE})))
     ORDER BY finished_at LIMIT %(batch)s
-) AND status IN ({DONE}, {DEAD}, {CANCELLED})
-"""
+) AND status IN ({DONE}, {DEAD}, {CANCELLED})""",
+        "SELECT changes()",
+        "DELETE FROM jobq_dependency WHERE NOT EXISTS (SELECT 1 FROM jobq_job WHERE id = dependent_id)",
+    ),
+    lambda results: results[1],
+)
 
 SET_PROGRESS = f"""
 UPDATE jobq_job SET progress = %(progress)s WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s

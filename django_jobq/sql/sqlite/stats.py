@@ -4,7 +4,7 @@ planner statistics of a table's rows, so DONE jobs are always counted (DONE_COUN
 caller's limit."""
 
 from ..engine import Unsupported
-from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, each, plus
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, WAITING, each, plus
 
 ACTIVE = f"""
 SELECT {PENDING} AS status, queue, count(*) AS jobs,
@@ -17,6 +17,26 @@ FROM jobq_job WHERE status = {RUNNING} GROUP BY queue
 UNION ALL
 SELECT {DEAD}, queue, count(*), 0, NULL
 FROM jobq_job WHERE status = {DEAD} GROUP BY queue
+UNION ALL
+SELECT {WAITING}, queue, count(*), 0, NULL
+FROM jobq_job WHERE status = {WAITING} GROUP BY queue
+"""
+
+
+# workflows: the %(limit)s most recent workflows with an unfinished job, and their jobs per status.
+WORKFLOWS = f"""
+WITH recent AS (
+    SELECT DISTINCT workflow_id FROM jobq_job
+    WHERE workflow_id IS NOT NULL AND status IN ({PENDING}, {RUNNING}, {WAITING})
+    ORDER BY workflow_id DESC
+    LIMIT %(limit)s
+)
+SELECT r.workflow_id, w.name, w.created_at, j.status, count(*)
+FROM recent AS r
+JOIN jobq_job AS j ON j.workflow_id = r.workflow_id
+LEFT JOIN jobq_workflow AS w ON w.id = r.workflow_id
+GROUP BY r.workflow_id, w.name, w.created_at, j.status
+ORDER BY r.workflow_id DESC, j.status
 """
 
 # done_estimate: the clock, and no estimate (one row of NULLs: the caller counts instead).
@@ -38,19 +58,19 @@ GROUP BY queue, status, ago
 
 RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING} GROUP BY task"
 
-# health: as PostgreSQL's, without the sizes (NULL).
+# health: as PostgreSQL's, without the sizes and the oldest transaction (NULL).
 HEALTH = f"""
 SELECT (SELECT count(*) FROM jobq_worker
         WHERE last_seen_at > {plus(NOW, "-%(alive)s")} AND stopped_at IS NULL),
        (SELECT (julianday(expires_at) - julianday({NOW})) * 86400.0 FROM jobq_lease WHERE name = 'reaper'),
-       NULL, NULL
+       NULL, NULL, NULL
 """
 
 # table: no such figures (a SQLite database is one file, vacuumed by hand): jobq_stats leaves them out.
 TABLE = Unsupported("table_figures", "jobq_job's size and dead rows")
 
 WORKERS = f"""
-SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at,
+SELECT worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at, stopped_at, supervisor,
        (julianday({NOW}) - julianday(last_seen_at)) * 86400.0 AS silent_for
 FROM jobq_worker
 WHERE last_seen_at > {plus(NOW, "-%(recent)s")}

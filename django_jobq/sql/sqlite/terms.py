@@ -7,7 +7,7 @@ through julianday() and keeps millisecond resolution. Durations are integer micr
 DurationField on SQLite). A list parameter travels as a JSON array and is read with json_each().
 """
 
-from ...status import CANCELLED, DEAD, DONE, PENDING, RUNNING  # the codes, from status.JobStatus
+from ...status import CANCELLED, DEAD, DONE, PENDING, RUNNING, WAITING  # the codes, from status.JobStatus
 
 __all__ = [
     "CANCELLED",
@@ -16,6 +16,7 @@ __all__ = [
     "NOW",
     "PENDING",
     "RUNNING",
+    "WAITING",
     "each",
     "micros",
     "plus",

@@ -5,12 +5,12 @@ from .terms import NOW, plus
 
 WORKER_BEAT = f"""
 INSERT INTO jobq_worker (worker_id, hostname, pid, lanes, running, stuck, started_at, last_seen_at,
-                         stopped_at)
+                         stopped_at, supervisor)
 VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(lanes)s, %(running)s, %(stuck)s, {NOW}, {NOW},
-        CASE WHEN %(stopped)s THEN {NOW} END)
+        CASE WHEN %(stopped)s THEN {NOW} END, %(supervisor)s)
 ON CONFLICT (worker_id) DO UPDATE
 SET running = excluded.running, stuck = excluded.stuck, last_seen_at = excluded.last_seen_at,
-    stopped_at = excluded.stopped_at
+    stopped_at = excluded.stopped_at, supervisor = excluded.supervisor
 """
 
 PRUNE_WORKERS = f"DELETE FROM jobq_worker WHERE last_seen_at < {plus(NOW, '-%(age)s')}"
@@ -36,3 +36,4 @@ WHERE worker_id = %(worker_id)s AND stopped_at IS NULL AND last_seen_at > {plus(
 # set_timeouts: SQLite has no statement timeout; the queue's connections get their busy timeout when
 # they open (sqlite_setup), so this statement only checks the connection answers.
 SET_TIMEOUTS = "SELECT %(statement_ms)s, %(lock_ms)s"
+SET_CHANNELS = "SELECT %(channel)s, %(done_channel)s"  # no NOTIFY on SQLite
