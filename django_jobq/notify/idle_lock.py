@@ -40,7 +40,8 @@ RELEASE_AFTER = 0.5
 # While another worker holds the lock (or waits for it), this one asks again this often, never queueing
 # behind it: a waiting session holds back vacuum (sql/postgres/listen.py). Enqueues notify meanwhile.
 ASK_AGAIN_SECONDS = 0.1
-# The longest wait behind enqueues in flight before asking again.
+# The longest wait behind enqueues in flight before asking again; while the lock stays out of reach,
+# the lanes also claim again this often (the jobs of enqueues that found nobody asking at that moment).
 TAKE_WAIT_SECONDS = 5.0
 
 
@@ -147,6 +148,7 @@ class IdleLock(threading.Thread):
 
     def _serve(self, conn: psycopg.Connection[Any], bell: socket.socket) -> None:
         calm_since: float | None = None  # when the last starved lane filled up, while the lock is held
+        unheld_since: float | None = None  # since when a lane wants the lock and it is out of reach
         last_check = time.monotonic()
         with selectors.DefaultSelector() as waiting:
             waiting.register(bell, selectors.EVENT_READ)
@@ -159,9 +161,20 @@ class IdleLock(threading.Thread):
                         conn.execute(IDLE_LOCK_TAKEN, self._params)
                         self.held.set()
                         self.wake_all()
-                        calm_since = None
+                        calm_since = unheld_since = None
                         continue
                     self.asked.set()
+                    # An enqueue between two asks, with no exclusive hold or request standing, sent
+                    # no notification; if the lock stays out of reach (an enqueue's transaction left
+                    # open), no grant will come to claim again after it: the lanes do so themselves.
+                    now = time.monotonic()
+                    if unheld_since is None:
+                        unheld_since = now
+                    elif now - unheld_since >= TAKE_WAIT_SECONDS:
+                        self.wake_all()
+                        unheld_since = now
+                else:
+                    unheld_since = None
                 timeout = last_check + HEALTH_CHECK_SECONDS - time.monotonic()
                 if wanted and not self.held.is_set():
                     timeout = min(timeout, ASK_AGAIN_SECONDS)

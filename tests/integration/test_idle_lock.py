@@ -105,6 +105,37 @@ def test_an_enqueue_open_while_a_worker_goes_idle_runs_when_it_commits(worker_th
     assert worker.idle_lock.held.is_set()
 
 
+def test_an_enqueue_that_finds_nobody_asking_runs_while_an_open_enqueue_keeps_the_lock_away(
+    worker_thread, listen, monkeypatch
+):
+    """A worker waits behind enqueues in flight only so long, then asks again. An enqueue in between
+    finds no hold and no request, so it sends no notification; and while an enqueue's transaction
+    stays open the lock is never granted, so no grant makes the lanes claim again. They claim again
+    every TAKE_WAIT_SECONDS meanwhile and find it."""
+    monkeypatch.setattr(idle_lock, "TAKE_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(idle_lock, "ASK_AGAIN_SECONDS", 1.0)  # a wide gap between two waits
+    thread, commit, open_job = open_enqueue()
+    worker = worker_thread({"default": 1}, poll_interval=HOUR)
+    try:
+        wait_until(lambda: worker.idle_lock and worker.idle_lock.asked.is_set(), message="a wait ran out")
+        for _ in range(20):  # an enqueue in a gap: it commits without a notification
+            wait_until(lambda: waiting_for_the_lock() == 0, message="a gap between two waits")
+            later = Job.objects.enqueue("test.noop")
+            if "default" not in notifications(listen, timeout=0.2):
+                break
+        else:
+            pytest.fail("every enqueue met a worker's wait")
+        wait_until(lambda: Job.objects.get(id=later).status == JobStatus.DONE, timeout=10,
+                   message="the job of the enqueue that did not notify")  # fmt: skip
+        assert not worker.idle_lock.held.is_set()  # the open enqueue still keeps the lock away
+    finally:
+        commit.set()
+        thread.join(10)
+    wait_until(
+        lambda: Job.objects.get(id=open_job[0]).status == JobStatus.DONE, timeout=10, message="the open job"
+    )
+
+
 def test_the_worker_that_takes_the_lock_tells_the_others_to_claim_again(worker_thread, lock):
     """Another worker (here a bare IdleLock, with no lane for the queue) asks for the lock first, so
     it gets it when the open enqueue commits, while this worker, finding it asked for, does not queue
