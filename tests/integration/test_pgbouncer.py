@@ -106,6 +106,27 @@ def defaults() -> tuple[str, str]:
         return tuple(row[0] for row in cursor.fetchall())
 
 
+def where_things_stand() -> str:
+    """For a run that stalls: the jobs not DONE, the advisory locks, and the sessions of this database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, status, fence, worker_id FROM jobq_job WHERE status <> %s", [JobStatus.DONE]
+        )
+        jobs = cursor.fetchall()
+        cursor.execute(
+            "SELECT l.pid, l.mode, l.granted, a.application_name FROM pg_locks l LEFT JOIN pg_stat_activity a "
+            "USING (pid) WHERE l.locktype = 'advisory' AND l.database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        locks = cursor.fetchall()
+        cursor.execute(
+            "SELECT pid, application_name, state, left(query, 80) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        sessions = cursor.fetchall()
+    return f"\njobs not DONE: {jobs}\nadvisory locks: {locks}\nsessions: {sessions}"
+
+
 @pytest.mark.p0
 def test_worker_and_reaper_drain_2000_jobs_through_pgbouncer_woken_by_notify_on_a_direct_connection(pooler):
     # A one-hour poll: only the NOTIFY, received on the direct LISTEN connection, wakes the worker in time.
@@ -124,7 +145,7 @@ def test_worker_and_reaper_drain_2000_jobs_through_pgbouncer_woken_by_notify_on_
         # LISTEN_DATABASE connection (its poll is an hour).
         waiter = subprocess.run([sys.executable, "-m", "tests.procs.pooled_waiter"], env=child_env(**env), cwd=ROOT,
                                 capture_output=True, text=True, timeout=150)  # fmt: skip
-        assert waiter.returncode == 0, waiter.stderr[-3000:]
+        assert waiter.returncode == 0, waiter.stderr[-3000:] + where_things_stand()
         assert json.loads(waiter.stdout) == {"status": JobStatus.DONE, "result": {"through": "pgbouncer"}}
         assert worker.poll() is None and reaper.poll() is None
         holder = MaintenanceLease.objects.get(name=LEASE_NAME).holder
