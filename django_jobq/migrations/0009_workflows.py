@@ -39,6 +39,8 @@ DECLARE
     done_channel text := coalesce(nullif(current_setting('jobq.done_channel', true), ''), 'jobq_done');
     waiters bigint[];
     woken int;
+    -- the finishing job's own time: what it cancels ends with it, what it releases is due against it
+    settled_at timestamptz := coalesce(NEW.finished_at, statement_timestamp());
 BEGIN
     IF NEW.status <> 2 THEN
         WITH RECURSIVE doomed(id) AS (
@@ -52,7 +54,7 @@ BEGIN
             WHERE w.status = 5 AND w.dependency_failure = 'cancel'
         ), cancelled AS (
             UPDATE jobq_job
-            SET status = 4, finished_at = now(), key_released = true, cancelled_by = 'dependency:' || NEW.id,
+            SET status = 4, finished_at = settled_at, key_released = true, cancelled_by = 'dependency:' || NEW.id,
                 last_error = format('cancelled: job %s, which it depends on, ended %s', NEW.id,
                                     CASE NEW.status WHEN 3 THEN 'DEAD' ELSE 'CANCELLED' END)
             WHERE id = ANY(ARRAY(SELECT id FROM doomed)) AND status = 5
@@ -74,7 +76,7 @@ BEGIN
         RETURNING w.queue, w.status, w.run_at
     )
     SELECT count(pg_notify(channel, q.queue)::text) INTO woken
-    FROM (SELECT DISTINCT queue FROM released WHERE status = 0 AND run_at <= now()) AS q
+    FROM (SELECT DISTINCT queue FROM released WHERE status = 0 AND run_at <= settled_at) AS q
     WHERE channel <> '';
     RETURN NULL;
 END
@@ -110,7 +112,8 @@ BEGIN
     INSERT INTO jobq_settling (id) VALUES (NEW.id);
     INSERT INTO jobq_settling (id) SELECT id FROM jobq_doomed WHERE NEW.status IN (3, 4);
     UPDATE jobq_job
-    SET status = 4, finished_at = strftime('%Y-%m-%d %H:%M:%f000', 'now'), key_released = 1,
+    SET status = 4, finished_at = coalesce(NEW.finished_at, strftime('%Y-%m-%d %H:%M:%f000', 'now')),
+        key_released = 1,
         cancelled_by = 'dependency:' || NEW.id,
         last_error = 'cancelled: job ' || NEW.id || ', which it depends on, ended '
                      || CASE NEW.status WHEN 3 THEN 'DEAD' ELSE 'CANCELLED' END

@@ -71,7 +71,7 @@ def test_a_dead_dependency_cancels_its_dependents_transitively_and_a_run_policy_
         job = Job.objects.get(id=cancelled)
         assert job.cancelled_by == f"dependency:{a}"
         assert job.last_error == f"cancelled: job {a}, which it depends on, ended DEAD"
-        assert job.finished_at is not None
+        assert job.finished_at == Job.objects.get(id=a).finished_at  # ended with it (not at BEGIN)
 
 
 def test_cancelling_a_waiting_job_cancels_it_at_once_and_its_dependents_with_it():
