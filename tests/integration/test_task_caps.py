@@ -1,13 +1,13 @@
 """@task(max_running=N) and max_running_per_key with enqueue(concurrency_key=...): never more RUNNING
 jobs than the cap across worker processes; jobs over the cap wait without using up an attempt."""
 
-import subprocess
 import threading
 import time
 from collections import Counter
 
 import pytest
 from django.db import connection, connections
+from django.utils import timezone
 
 from django_jobq import InvalidJob
 from django_jobq.exceptions import ConfigurationError
@@ -52,7 +52,7 @@ class GroupSampler(threading.Thread):
 
 @pytest.mark.p0
 @pytest.mark.slow
-def test_task_and_per_key_caps_hold_across_four_worker_processes():
+def test_task_and_per_key_caps_hold_across_four_worker_processes(tmp_path):
     Job.objects.enqueue_many(NewJob("test.capped") for _ in range(60))
     Job.objects.enqueue_many(
         NewJob("test.capped_per_key", concurrency_key=f"customer:{i % 3}") for i in range(60)
@@ -60,10 +60,26 @@ def test_task_and_per_key_caps_hold_across_four_worker_processes():
     Job.objects.enqueue_many(NewJob("test.noop") for _ in range(100))
     sampler = GroupSampler()
     sampler.start()
-    workers = [start_worker("--queues", "*:8", stderr=subprocess.DEVNULL) for _ in range(4)]
+    logs = [tmp_path / f"worker{i}.log" for i in range(4)]
+    workers = []
+    for log in logs:
+        with log.open("w") as stderr:
+            workers.append(start_worker("--queues", "*:8", stderr=stderr))
     try:
         wait_until(lambda: Job.objects.filter(status=JobStatus.DONE).count() == 220, timeout=120,
                    message="every job to finish")  # fmt: skip
+    except AssertionError as exc:  # say where the jobs stand, for a run that stalls
+        now, rows = timezone.now(), Job.objects.exclude(status=JobStatus.DONE)
+        left = Counter(  # a lease expired: the worker no longer renews it (no reaper runs here)
+            (task, status, fence, worker, lease is not None and lease < now)
+            for task, status, fence, worker, lease in rows.values_list(
+                "task", "status", "fence", "worker_id", "lease_until"
+            )
+        )
+        said = "".join(f"\n--- worker {i} ---\n{log.read_text()[-3000:]}" for i, log in enumerate(logs))
+        raise AssertionError(
+            f"{exc}; not DONE (task, status, fence, worker, lease expired): {dict(left)}{said}"
+        ) from exc
     finally:
         sampler.stop.set()
         sampler.join()
@@ -183,6 +199,39 @@ def test_a_claim_takes_the_jobs_behind_those_its_caps_hold_back(statements):
     assert statements == [8, 6, 8, 8, 5, 8]  # claims again after filling a task (keys), for the rest
     untouched = Job.objects.filter(id__in=capped + keyed, status=JobStatus.PENDING, fence=0)
     assert untouched.count() == 8 + 6
+
+
+def test_a_claim_told_not_to_look_past_takes_only_the_front(statements):
+    """look_past=False (a worker whose last look found nothing, within LOOK_PAST_SECONDS): the claim
+    stops at the jobs its cap holds back, in one statement, and the jobs behind stay PENDING."""
+    Job.objects.enqueue_many(NewJob("test.capped") for _ in range(10))
+    behind = Job.objects.enqueue_many(NewJob("test.noop") for _ in range(5))
+    _, front = Job.objects.complete_and_claim("w1", [], 8, "default", look_past=False)
+    assert Counter(job.task for job in front) == {"test.capped": 2}
+    assert statements == [8]
+    assert Job.objects.filter(id__in=behind, status=JobStatus.PENDING).count() == 5
+    _, rest = Job.objects.complete_and_claim("w1", [], 8, "default")
+    assert sorted(job.id for job in rest) == behind  # the next look reaches them
+
+
+def test_a_worker_reaches_jobs_queued_behind_a_capped_backlog_while_it_drains(settings, worker_thread):
+    """A worker draining a deep backlog of a task at its cap (2 of 4 slots) looks past the held-back
+    jobs at most every LOOK_PAST_SECONDS: jobs enqueued behind the backlog afterwards run while most of
+    it still waits (200 x 20 ms / 2 = at least 2 s of it; without the look they would run last). No wake-up and no poll: every
+    cycle writes a capped run, so its claim sees room for the task, and only the look past reaches them."""
+    settings.JOBQ = {**settings.JOBQ, "NOTIFY": False, "POLL_INTERVAL": 60}
+    TIMED_RUNS.clear()
+    capped = Job.objects.enqueue_many(NewJob("test.capped_timed") for _ in range(200))
+    worker_thread({"default": 4})
+    wait_until(lambda: len(TIMED_RUNS) >= 4, message="the capped backlog to start draining")
+    behind = Job.objects.enqueue_many(NewJob("test.noop") for _ in range(5))
+    wait_until(
+        lambda: Job.objects.filter(id__in=behind, status=JobStatus.DONE).count() == 5,
+        message="the jobs behind the backlog",
+    )
+    assert Job.objects.filter(id__in=capped, status=JobStatus.PENDING).count() > 100
+    wait_until(lambda: len(TIMED_RUNS) == 200, timeout=120, message="the capped backlog")
+    assert most_at_once(TIMED_RUNS) <= 2
 
 
 # test.capped_hang's function: entered, then held until the test lets it go.
