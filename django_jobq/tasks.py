@@ -88,7 +88,7 @@ class Task(Generic[P, R]):
             raise PayloadMismatch(
                 f"payload must be a JSON object, not {type(payload).__name__}: {payload!r:.200}"
             )
-        if (problem := _binding_problem(self.func, self.takes_context, tuple(payload))) is not None:
+        if (problem := _binding_problem(self.func, int(self.takes_context), tuple(payload))) is not None:
             raise PayloadMismatch(f"payload does not fit {self.name}{_signature(self.func)}: {problem}")
 
     def s(self, **kwargs: Any) -> Signature:
@@ -270,14 +270,15 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _binding_problem(func: Callable[..., Any], takes_context: bool, names: tuple[str, ...]) -> str | None:
-    """Why keyword arguments ``names`` (after the context) do not bind to ``func``, or None when they
-    do. Binding depends on the names alone, so a task's usual payload shape is checked once."""
+def _binding_problem(func: Callable[..., Any], positional: int, names: tuple[str, ...]) -> str | None:
+    """Why ``positional`` arguments (a context counts as one) and keyword arguments ``names`` do not
+    bind to ``func``, or None when they do. Binding depends on the count and the names alone, so a
+    task's usual payload shape is checked once."""
     signature = _signature(func)
     if signature is None:
         return None
     try:
-        signature.bind(*((None,) if takes_context else ()), **dict.fromkeys(names))
+        signature.bind(*(None,) * positional, **dict.fromkeys(names))
     except TypeError as exc:
         return str(exc)
     return None

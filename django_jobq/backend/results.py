@@ -76,11 +76,11 @@ def result_of(job: Job, task: Any, alias: str) -> Any:
 def running_result(task: Any, alias: str, context: JobContext) -> Any:
     """The RUNNING result a task sees in its worker. The claim's columns suffice on a first attempt;
     a later one reads the error history (the earlier attempts' workers and errors)."""
-    from ..models import Job
-
     job = context.job
     history: list[Any] = []
     if context.attempt > 1 or job.releases:
+        from ..models import Job
+
         rows = Job.objects.using(jobq_settings().database).filter(id=job.id)
         history = rows.values_list("errors", flat=True).first() or []
     history = [entry for entry in history if isinstance(entry, dict)]

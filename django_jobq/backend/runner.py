@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
+from django.utils import timezone
 
 from .. import registry
 from ..exceptions import InvalidPayload, PayloadMismatch, PermanentError
-from ..tasks import _signature
+from ..tasks import _binding_problem, _signature
 from ..tasks import task as jobq_task
 from .compat import Task, TaskContext, TaskError, TaskResultStatus, set_attr, task_finished, task_started
 from .results import running_result
@@ -117,21 +118,16 @@ def _start(task: Any, backend: Any, context: JobContext, args: Any, kwargs: Any)
     task_started sent."""
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise InvalidPayload("a Django task's payload holds a list 'args' and an object 'kwargs'")
+    positional = len(args) + (1 if task.takes_context else 0)
+    if (problem := _binding_problem(task.func, positional, tuple(kwargs))) is not None:
+        raise PayloadMismatch(f"arguments do not fit {task.module_path}{_signature(task.func)}: {problem}")
     result = running_result(task, backend.alias, context)
     call_args = [TaskContext(task_result=result), *args] if task.takes_context else list(args)
-    signature = _signature(task.func)
-    if signature is not None:
-        try:
-            signature.bind(*call_args, **kwargs)
-        except TypeError as exc:
-            raise PayloadMismatch(f"arguments do not fit {task.module_path}{signature}: {exc}") from None
     _send(task_started, backend, result)
     return result, call_args
 
 
 def _finish_ok(backend: Any, result: Any, value: Any) -> Any:
-    from django.utils import timezone
-
     set_attr(result, "status", TaskResultStatus.SUCCESSFUL)
     set_attr(result, "finished_at", timezone.now())
     set_attr(result, "_return_value", value)
@@ -141,8 +137,6 @@ def _finish_ok(backend: Any, result: Any, value: Any) -> Any:
 
 def _finish_failed(task: Any, backend: Any, context: JobContext, result: Any, exc: BaseException) -> None:
     """On the attempt that ends the job (permanent error or no attempts left): FAILED, task_finished."""
-    from django.utils import timezone
-
     from ..worker.runner import class_path, default_policy, format_error
 
     entry = registry.find_task(task.module_path)
