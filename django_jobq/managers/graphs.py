@@ -225,10 +225,11 @@ class GraphManager(ProducerManager):
 
     def _flag(self, external: list[int]) -> dict[int, int]:
         """The existing dependencies' status, each flagged has_dependents and locked until commit."""
+        params = self._notify_params({"ids": external})
         rows = retrying_conflicts(
-            self.connection.alias, lambda: self._execute(self._sql().FLAG_DEPENDENCIES, {"ids": external})
+            self.connection.alias, lambda: self._execute(self._sql().FLAG_DEPENDENCIES, params)
         )
-        return {int(job_id): int(status) for job_id, status in rows}
+        return {int(row[0]): int(row[1]) for row in rows}
 
     def _reserve(self, count: int) -> list[int]:
         (value,) = self._execute(self._sql().RESERVE_IDS, {"count": count})[0]

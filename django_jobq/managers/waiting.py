@@ -50,7 +50,7 @@ class WaitingManager(BaseJobManager):
                 listening.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(conf.done_channel)))
             for json_type in ("json", "jsonb"):  # as text, which the model's JSONFields decode
                 conn.adapters.register_loader(json_type, TextLoader)
-            conn.execute(statements.WAIT_MARK, {"id": job_id})
+            conn.execute(statements.WAIT_MARK, self._notify_params(self._common({"id": job_id})))
             while True:
                 cursor = conn.execute(statements.JOB_ROW, {"id": job_id})
                 row = cursor.fetchone()

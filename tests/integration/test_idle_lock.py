@@ -11,6 +11,7 @@ from django_jobq.notify import idle_lock
 from django_jobq.notify.idle_lock import IdleLock
 from django_jobq.notify.listener import connection_params
 from django_jobq.sql.postgres.bulk import BULK_MIN_ROWS
+from django_jobq.sql.postgres.jobs import WAIT_MARK
 from tests.conftest import open_enqueue, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -238,3 +239,45 @@ def test_a_worker_whose_idle_lock_session_is_killed_takes_it_again_at_once(worke
     )
     job = Job.objects.enqueue("test.noop")
     wait_until(lambda: Job.objects.get(id=job).status == JobStatus.DONE, timeout=30, message="the job")
+
+
+def claimed_and_found_nothing(worker) -> bool:
+    """The worker's lane claimed and came back short: it holds the idle lock, or waits for it."""
+    return bool(worker.idle_lock) and (worker.idle_lock.held.is_set() or waiting_for_the_lock() == 1)
+
+
+def test_a_job_a_claim_skipped_while_wait_for_marked_it_runs_once_the_mark_commits(
+    worker_thread, monkeypatch
+):
+    """wait_for() marks its job with an UPDATE whose row lock lasts until it commits; a claim meanwhile
+    skips the row (SKIP LOCKED) and finds nothing else. The mark wakes workers as an enqueue does, so
+    the job does not wait for the next poll (an hour here)."""
+    monkeypatch.setattr(idle_lock, "TAKE_WAIT_SECONDS", HOUR)  # no periodic claim while the mark is open
+    job_id = Job.objects.enqueue("test.noop")
+    params = Job.objects._notify_params(Job.objects._common({"id": job_id}))
+    with psycopg.connect(**connection_params("default")) as marking:  # not autocommit: left open
+        assert marking.execute(WAIT_MARK, params).fetchone()[0] == job_id
+        worker = worker_thread({"default": 1}, poll_interval=HOUR)
+        wait_until(lambda: claimed_and_found_nothing(worker), message="a claim that skipped the marked job")
+        assert Job.objects.get(id=job_id).status == JobStatus.PENDING
+    wait_until(lambda: Job.objects.get(id=job_id).status == JobStatus.DONE, timeout=30,
+               message="the marked job, once the mark committed")  # fmt: skip
+
+
+def test_a_dependency_a_claim_skipped_while_a_dependent_was_enqueued_runs_once_that_commits(
+    worker_thread, monkeypatch
+):
+    """Enqueueing a dependent locks its dependencies until the enqueue commits; a claim meanwhile skips
+    them. The enqueue wakes workers for a due PENDING dependency, so it does not wait for the poll."""
+    monkeypatch.setattr(idle_lock, "TAKE_WAIT_SECONDS", HOUR)
+    first = Job.objects.enqueue("test.noop")
+    thread, commit, dependent = open_enqueue(depends_on=[first])
+    try:
+        worker = worker_thread({"default": 1}, poll_interval=HOUR)
+        wait_until(lambda: claimed_and_found_nothing(worker), message="a claim that skipped the dependency")
+        assert Job.objects.get(id=first).status == JobStatus.PENDING
+    finally:
+        commit.set()
+        thread.join(10)
+    wait_until(lambda: Job.objects.get(id=dependent[0]).status == JobStatus.DONE, timeout=30,
+               message="the dependency, then its dependent")  # fmt: skip

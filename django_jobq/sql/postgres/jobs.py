@@ -324,9 +324,12 @@ SELECT pg_advisory_xact_lock(hashtextextended('jobq.cap:' || %(name)s, 0))
 # mark takes the row lock: a finishing statement that runs after it sees awaited (READ COMMITTED
 # re-reads the row it waited for) and notifies; one that committed first leaves the job finished,
 # which the caller's next read sees. No row back when the job is finished or already marked.
+# A claim meanwhile skips the locked row (SKIP LOCKED) and may find nothing else: so a mark on a due
+# PENDING job wakes workers as an enqueue does (wake: a NOTIFY delivered on commit, or the idle lock
+# held shared until then), and the job is not left to the next poll.
 WAIT_MARK = f"""
 UPDATE jobq_job SET awaited = true WHERE id = %(id)s AND status IN ({PENDING}, {RUNNING}, {WAITING}) AND NOT awaited
-RETURNING id
+RETURNING id, CASE WHEN status = {PENDING} AND run_at <= {NOW} THEN {wake("queue")} END
 """
 
 # job_row: a job's every column, or no row. Read-only.
