@@ -35,7 +35,7 @@ from .pick import (
     _PICK_REST_TASK_CAPS,
     _WALK,
 )
-from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, WAITING, wake
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, WAITING, wake, wake_if_due
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
 
@@ -324,12 +324,10 @@ SELECT pg_advisory_xact_lock(hashtextextended('jobq.cap:' || %(name)s, 0))
 # mark takes the row lock: a finishing statement that runs after it sees awaited (READ COMMITTED
 # re-reads the row it waited for) and notifies; one that committed first leaves the job finished,
 # which the caller's next read sees. No row back when the job is finished or already marked.
-# A claim meanwhile skips the locked row (SKIP LOCKED) and may find nothing else: so a mark on a due
-# PENDING job wakes workers as an enqueue does (wake: a NOTIFY delivered on commit, or the idle lock
-# held shared until then), and the job is not left to the next poll.
+# A claim meanwhile skips the locked row, so a mark on a due PENDING job wakes workers (wake_if_due).
 WAIT_MARK = f"""
 UPDATE jobq_job SET awaited = true WHERE id = %(id)s AND status IN ({PENDING}, {RUNNING}, {WAITING}) AND NOT awaited
-RETURNING id, CASE WHEN status = {PENDING} AND run_at <= {NOW} THEN {wake("queue")} END
+RETURNING id, {wake_if_due("jobq_job")}
 """
 
 # job_row: a job's every column, or no row. Read-only.

@@ -2,7 +2,19 @@
 
 from ...status import CANCELLED, DEAD, DONE, PENDING, RUNNING, WAITING
 
-__all__ = ["CANCELLED", "CLOCK", "DEAD", "DONE", "IDLE_LOCK", "NOW", "PENDING", "RUNNING", "WAITING", "wake"]
+__all__ = [
+    "CANCELLED",
+    "CLOCK",
+    "DEAD",
+    "DONE",
+    "IDLE_LOCK",
+    "NOW",
+    "PENDING",
+    "RUNNING",
+    "WAITING",
+    "wake",
+    "wake_if_due",
+]
 
 # The statement's own time (statement_timestamp()), not its transaction's start (now()): a claim, or
 # a completion, made late in a longer transaction (a capped claim after its lock, an atomic task's
@@ -33,3 +45,10 @@ def wake(queue: str) -> str:
         "CASE WHEN %(notify)s THEN CASE WHEN NOT pg_try_advisory_xact_lock_shared("
         f"{IDLE_LOCK}) THEN pg_notify(%(channel)s, {queue}) END END"
     )
+
+
+def wake_if_due(row: str) -> str:
+    """wake() for a job a statement locks without taking it (``row``: the table's alias), when it is
+    PENDING and due: a claim skips the locked row meanwhile (SKIP LOCKED) and may find nothing else,
+    so the statement wakes workers as an enqueue does, and the job is not left to the next poll."""
+    return f"CASE WHEN {row}.status = {PENDING} AND {row}.run_at <= {NOW} THEN {wake(f'{row}.queue')} END"

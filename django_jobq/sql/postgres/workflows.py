@@ -6,22 +6,21 @@ finishes it, whichever statement does. These statements keep the two facts it re
 job's waiting_on equals its unresolved edges, and a job with dependents has has_dependents set.
 """
 
-from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, WAITING, wake
+from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, WAITING, wake, wake_if_due
 
 # flag_dependencies: the existing jobs named as dependencies, locked in id order (two enqueues naming
 # the same jobs queue behind each other) and marked has_dependents, with their status as of the lock:
 # the latest committed one. The row lock holds until the caller's transaction ends, so a statement
 # finishing one of them either waits for that commit, and its trigger then sees the new edges, or
 # finished first, and the status read here is final (its edge is written resolved). A claim skips
-# the locked rows meanwhile (SKIP LOCKED): a due PENDING one wakes workers as an enqueue does (wake),
-# so it is claimed once the lock goes, not at the next poll.
+# the locked rows meanwhile, so a due PENDING one wakes workers (wake_if_due).
 FLAG_DEPENDENCIES = f"""
 WITH named AS MATERIALIZED (
     SELECT id FROM jobq_job WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
 )
 UPDATE jobq_job AS j SET has_dependents = true
 WHERE j.id = ANY(ARRAY(SELECT id FROM named))
-RETURNING j.id, j.status, CASE WHEN j.status = {PENDING} AND j.run_at <= {NOW} THEN {wake("j.queue")} END
+RETURNING j.id, j.status, {wake_if_due("j")}
 """
 
 # reserve_ids: %(count)s ids from the job table's own sequence, in order: the nodes' ids are known
