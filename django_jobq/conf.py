@@ -162,7 +162,7 @@ class JobqSettings:
     max_result_bytes: int = 1024 * 1024  # serialised result limit: a bigger result sends the job DEAD
     error_history: int = 10  # failed attempts whose error each job keeps (error_count counts them all)
     free_releases: int = 3  # shutdown releases per job that do not use up an attempt
-    claim_ahead: int = 2  # per slot: jobs a lane claims beyond its free slots while its jobs are short
+    claim_ahead: int = 8  # per slot, at most: jobs claimed beyond the free slots while runs are short
     statement_timeout: float = 30  # seconds; bounds every statement of the worker's and reaper's own
     lock_timeout: float = 5  # seconds; bounds any row-lock wait of those statements
     strict_tasks: bool = True  # refuse enqueue of task names that are not registered

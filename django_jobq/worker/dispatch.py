@@ -116,6 +116,8 @@ class DispatchMixin(PauseMixin):
                 starved = free > 0 and len(jobs) < free
                 with lane.cond:  # a paused lane waits for a wake-up or the poll, as one that found nothing
                     lane.idle = lane.paused or starved
+                    if free and not starved:  # a full claim: what a cycle takes under load
+                        lane.cycled(time.monotonic() - sent)
                 if self.idle_lock is not None:  # producers notify while a lane may wait for work
                     self.idle_lock.report(lane.queue, starved)
                 self._hand_out(lane, jobs, sent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from queue import SimpleQueue
@@ -67,7 +68,7 @@ class Running:
 class Lane:
     """One queue served by its own pool of slots, so a saturated lane never starves another.
     ``cond`` guards busy (jobs handed out and not yet finished, claimed-ahead ones included), outcomes,
-    idle, woken, run_seconds, started, unstarted and give_back_at; the worker's lock guards ``current``; ``held`` is
+    idle, woken, run_seconds, cycle_seconds, started, unstarted and give_back_at; the worker's lock guards ``current``; ``held`` is
     written by the lane's dispatcher only."""
 
     queue: str  # or ALL_QUEUES
@@ -84,6 +85,7 @@ class Lane:
     current: dict[int, Running] = field(default_factory=dict)  # slot number -> the run it is in
     stuck_since: float | None = None  # monotonic time since when every slot is stuck past a timeout
     run_seconds: float | None = None  # moving average of its runs' durations (None: none yet)
+    cycle_seconds: float | None = None  # moving average of its dispatcher's write-and-claim statements
     # claimed ahead and never started, set aside by a slot (stopping, or the lease may have run out)
     unstarted: list[Running] = field(default_factory=list)
     started: dict[int, float] = field(default_factory=dict)  # slot number -> monotonic start of its run
@@ -97,17 +99,31 @@ class Lane:
         """Slots not inside a run that has already lasted past the short-run threshold."""
         return self.slots - sum(1 for began in self.started.values() if now - began >= SHORT_RUN_SECONDS)
 
+    def ahead(self, claim_ahead: int) -> int:
+        """Jobs a short slot may hold ahead: ``claim_ahead`` at most, and no more than it runs during
+        two of the dispatcher's cycles (at least one). That is what keeps a slot from waiting for the
+        next claim (a run that ends just after a cycle was sent is written, and replaced, by the cycle
+        after it), so a job claimed ahead waits about two cycles, never ``claim_ahead`` runs of
+        several milliseconds each. Holds cond."""
+        if not self.cycle_seconds or not self.run_seconds:
+            return claim_ahead
+        return min(claim_ahead, max(1, math.ceil(2 * self.cycle_seconds / self.run_seconds)))
+
     def capacity(self, claim_ahead: int, now: float) -> int:
-        """Jobs the lane may hold at once: one per slot, plus ``claim_ahead`` per slot while its runs
-        are short, so that a slot finds its next job waiting instead of waiting for the next claim.
+        """Jobs the lane may hold at once: one per slot, plus ``ahead`` per slot while its runs are
+        short, so that a slot finds its next job waiting instead of waiting for the next claim.
         A slot whose current run has outlasted the threshold earns no job ahead: nothing waits behind
-        a long run. A job claimed ahead waits for at most ``claim_ahead`` short runs; the heartbeat
-        renews its lease meanwhile, and a stopping worker gives it back at once. Holds cond."""
-        return self.slots + claim_ahead * self._short_slots(now) if self._short() else self.slots
+        a long run. The heartbeat renews a claimed-ahead job's lease meanwhile, and a stopping worker
+        gives it back at once. Holds cond."""
+        if not self._short():
+            return self.slots
+        return self.slots + self.ahead(claim_ahead) * self._short_slots(now)
 
     def surplus(self, claim_ahead: int, now: float) -> int:
         """Claimed-ahead jobs waiting beyond what the lane may keep (its free slots, and ``claim_ahead``
-        per slot in a short run): they go back to PENDING at once for any worker. Holds cond."""
+        per slot in a short run): they go back to PENDING at once for any worker. ``claim_ahead``, not
+        ``ahead``: a cycle slower than the last only stops claiming more, it gives nothing back. Holds
+        cond."""
         free = self.slots - len(self.started)
         ahead = claim_ahead * self._short_slots(now) if self._short() else 0
         return max(0, self.work.qsize() - free - ahead)
@@ -120,6 +136,11 @@ class Lane:
     def ran(self, seconds: float) -> None:
         """Fold one run's duration into the average. Holds cond."""
         self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
+
+    def cycled(self, seconds: float) -> None:
+        """Fold one write-and-claim statement's duration into the average. Holds cond."""
+        old = self.cycle_seconds
+        self.cycle_seconds = seconds if old is None else 0.8 * old + 0.2 * seconds
 
     @property
     def claims(self) -> str | None:

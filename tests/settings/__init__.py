@@ -56,10 +56,11 @@ JOBQ = {
     "LEASE_SECONDS": env.float("JOBQ_LEASE_SECONDS", default=30),
     "HEARTBEAT_SECONDS": env.float("JOBQ_HEARTBEAT_SECONDS", default=2),
     "POLL_INTERVAL": env.float("JOBQ_POLL_INTERVAL", default=0.5),
-    "CLAIM_AHEAD": env.int("JOBQ_CLAIM_AHEAD", default=2),
     "BACKOFF_BASE": env.float("JOBQ_BACKOFF_BASE", default=5),
     "QUEUES": env.json("JOBQ_QUEUES", default={}),
 }
+if "JOBQ_CLAIM_AHEAD" in env:  # otherwise the default, as shipped
+    JOBQ["CLAIM_AHEAD"] = env.int("JOBQ_CLAIM_AHEAD")
 for _key in ("DONE_RETENTION_SECONDS", "DEAD_RETENTION_SECONDS", "REAP_INTERVAL", "SCHEDULE_GRACE_SECONDS"):
     if f"JOBQ_{_key}" in env:  # the reliability tests prune within seconds, widen a grace
         JOBQ[_key] = env.float(f"JOBQ_{_key}")
