@@ -29,6 +29,10 @@ HOT = {
         "worker_id": "w", "ids": [1, 2], "fences": [1, 1], "notify": True, "channel": "jobq",
     },
 }  # fmt: skip
+HOT["SNOOZE"] = {"worker_id": "w", "ids": [1, 2], "fences": [1, 1], "delays": [1.0, 1.0]}
+# Statements that name their jobs by id: never the lease index, whose entries (one per job run since
+# the last vacuum) a generic plan that expects few RUNNING rows would otherwise read in full.
+BY_ID = ("COMPLETE_AND_CLAIM", "COMPLETE_MANY", "HEARTBEAT", "RELEASE_UNSTARTED", "SNOOZE")
 # Reads of the backlog only: the claim index, never the table.
 BACKLOG_READS = {"DUE_EXISTS": {"queue": "default"}, "DUE_EXISTS_REST": {"exclude": ["emails"]}}
 
@@ -61,6 +65,13 @@ def busy_table():
     _insert(2, 100_000)
     _insert(0, 20_000)
     _insert(1, 20_000)
+
+
+@pytest.fixture
+def few_running():
+    """100,000 DONE jobs and 20 RUNNING, analysed: to a generic plan the lease index looks cheapest."""
+    _insert(2, 100_000)
+    _insert(1, 20)
 
 
 def _generic_plan(sql: str, params: dict) -> dict:
@@ -107,3 +118,11 @@ def test_generic_plans_of_backlog_reads_use_only_the_claim_index(busy_table, nam
     plan = _generic_plan(getattr(postgres, name), BACKLOG_READS[name])
     scans = {(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan) if "Scan" in n["Node Type"]}
     assert scans <= {("Index Only Scan", "jobq_job_claim"), ("Index Scan", "jobq_job_claim")}, scans
+
+
+@pytest.mark.parametrize("name", BY_ID)
+def test_statements_naming_their_jobs_by_id_read_the_primary_key_not_the_lease_index(few_running, name):
+    plan = _generic_plan(getattr(postgres, name), HOT[name])
+    indexes = {n.get("Index Name") for n in plan_nodes(plan) if "Scan" in n["Node Type"]}
+    assert "jobq_job_lease" not in indexes, indexes
+    assert "jobq_job_pkey" in indexes, indexes

@@ -3,11 +3,10 @@ snoozed; orphans of a lost claim reply), and the backlog probe a slot asks befor
 through an in-slot retry. Fenced like every transition out of RUNNING (sql/postgres/jobs.py has the
 rules)."""
 
-from .jobs import _ASKED, _OWNED, _wake_waiters
+from .jobs import _ASKED, _J_OWNED_IDS, _OWNED, _wake_waiters
 from .pick import _REST
 from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
 
-_J_OWNED = f"j.status = {RUNNING} AND j.worker_id = %(worker_id)s"
 _J_ASKED = "j.cancel_requested_at IS NOT NULL"  # a cancel was asked: the job ends CANCELLED (jobs.py)
 
 # release_unstarted: jobs a worker claimed ahead and never started (it is stopping, they wait behind
@@ -25,7 +24,7 @@ SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
     last_error = CASE WHEN {_J_ASKED} THEN 'cancelled by ' || coalesce(j.cancelled_by, '?') ELSE j.last_error END,
     lease_until = NULL, started_at = NULL, attempts = j.attempts - 1
 FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS d(id, fence)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED_IDS} AND j.fence = d.fence
 RETURNING j.id, j.queue, CASE WHEN j.status = {PENDING} THEN {wake("j.queue")} END
 """
 
@@ -50,7 +49,7 @@ SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
     lease_until = NULL, started_at = NULL, attempts = j.attempts - 1,
     run_at = {NOW} + make_interval(secs => d.delay)
 FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(delays)s::float8[]) AS d(id, fence, delay)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED} AND j.fence = d.fence
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED_IDS} AND j.fence = d.fence
 RETURNING j.id
 """
 
