@@ -25,6 +25,8 @@ STATE_CHANGED = "*"
 CLAIM_AGAIN = ""
 CONNECT_TIMEOUT = 10  # seconds, unless the alias or the DSN sets connect_timeout
 HEALTH_CHECK_SECONDS = 5.0  # a silent connection is probed this often, so a dead one is noticed
+# How often a silent listener looks at its stop event: a stopping worker waits for it to end.
+STOP_CHECK_SECONDS = 0.1
 
 
 def connection_params(alias: str) -> dict[str, Any]:
@@ -105,7 +107,7 @@ class Listener(threading.Thread):
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         last_check = time.monotonic()
         while not self.stopping.is_set():
-            for notify in conn.notifies(timeout=1.0, stop_after=1000):
+            for notify in conn.notifies(timeout=STOP_CHECK_SECONDS, stop_after=1000):
                 self.wake(notify.payload)
             if time.monotonic() - last_check >= HEALTH_CHECK_SECONDS:
                 conn.execute("SELECT 1")  # raises if the server went away without a word
