@@ -40,6 +40,11 @@ def parse_lanes(spec: str, default_slots: int) -> dict[str, int]:
     return lanes
 
 
+def _moving_average(average: float | None, value: float) -> float:
+    """``value`` folded into ``average`` (None: no value yet), recent values weighing most."""
+    return value if average is None else 0.8 * average + 0.2 * value
+
+
 @dataclass(eq=False)
 class Running:
     """One run of a job in this worker: the job as claimed and the run's fencing token. An in-slot
@@ -135,12 +140,11 @@ class Lane:
 
     def ran(self, seconds: float) -> None:
         """Fold one run's duration into the average. Holds cond."""
-        self.run_seconds = seconds if self.run_seconds is None else 0.8 * self.run_seconds + 0.2 * seconds
+        self.run_seconds = _moving_average(self.run_seconds, seconds)
 
     def cycled(self, seconds: float) -> None:
         """Fold one write-and-claim statement's duration into the average. Holds cond."""
-        old = self.cycle_seconds
-        self.cycle_seconds = seconds if old is None else 0.8 * old + 0.2 * seconds
+        self.cycle_seconds = _moving_average(self.cycle_seconds, seconds)
 
     @property
     def claims(self) -> str | None:
