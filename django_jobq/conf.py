@@ -158,6 +158,9 @@ class JobqSettings:
     backoff_base: float = 5  # first retry ceiling in seconds; doubles per attempt
     backoff_cap: float = 600  # retry delay ceiling in seconds
     short_retry_seconds: float = 10  # retries due within this delay run again in the same slot
+    # a job of a task no worker that claims it knows waits (no attempt used) this long after its
+    # enqueue for one that does (a rolling deploy), then goes DEAD
+    unknown_task_grace: float = 3600
     max_payload_bytes: int = MAX_PAYLOAD_BYTES  # serialised payload limit
     max_result_bytes: int = 1024 * 1024  # serialised result limit: a bigger result sends the job DEAD
     error_history: int = 10  # failed attempts whose error each job keeps (error_count counts them all)
@@ -248,6 +251,11 @@ class JobqSettings:
             raise ConfigurationError('JOBQ["LOCK_TIMEOUT"] must not exceed JOBQ["STATEMENT_TIMEOUT"]')
         if self.short_retry_seconds < 0:
             raise ConfigurationError('JOBQ["SHORT_RETRY_SECONDS"] must be >= 0')
+        grace = self.unknown_task_grace
+        if not isinstance(grace, int | float) or isinstance(grace, bool) or not 0 <= grace <= 365 * 86400:
+            raise ConfigurationError(
+                f'JOBQ["UNKNOWN_TASK_GRACE"] must be a number of seconds in [0, 31536000], not {grace!r}'
+            )
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ConfigurationError('JOBQ["JOB_TIMEOUT"] must be positive or None')
         for name in (

@@ -20,6 +20,9 @@ job_cancelled = Signal()  # after a run ended CANCELLED (cancel, Discard, discar
 job_snoozed = Signal()  # after a run raised Snooze and the job waits again; also ``delay``
 job_lease_lost = Signal()  # a heartbeat found the job no longer this worker's (reaped, cut off)
 job_rate_limited = Signal()  # a run found no rate-limit permit: the job waits for one; also ``delay``
+job_task_unknown = (
+    Signal()
+)  # the worker knows no task of the job's name: the job waits for one that does; also ``delay``
 jobs_claimed = Signal()  # a lane's claim statement ran; ``lane``, ``asked`` and ``claimed`` (no ``job``)
 
 

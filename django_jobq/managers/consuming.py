@@ -13,6 +13,7 @@ from ..exceptions import InvalidJob
 from ..registry import capped_tasks
 from ..status import JobStatus
 from .capping import CapManager
+from .written import Beat, Written
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -64,28 +65,40 @@ class ConsumerManager(CapManager):
         return self._jobs(statement, params)
 
     def complete(self, job_id: int, worker_id: str, result: Any = None, *, fence: int | None = None) -> bool:
-        """RUNNING -> DONE; False when ``worker_id`` (in the run holding ``fence``) no longer owns the job.
+        """RUNNING -> DONE (CANCELLED when a cancel was asked meanwhile); False when ``worker_id`` (in
+        the run holding ``fence``) no longer owns the job.
 
         Without ``fence`` any run of this owner is completed: for manual use only, a worker passes it."""
-        return self.complete_json(job_id, worker_id, result_json(result), fence=fence)
+        return self.complete_json(job_id, worker_id, result_json(result), fence=fence) is not None
 
-    def complete_json(self, job_id: int, worker_id: str, result: str, *, fence: int | None = None) -> bool:
-        """complete() with the result already as JSON text (checked by result_json)."""
+    def complete_json(
+        self, job_id: int, worker_id: str, result: str, *, fence: int | None = None
+    ) -> JobStatus | None:
+        """complete() with the result already as JSON text (checked by result_json): the status
+        written (DONE, or CANCELLED when a cancel was asked: the result is discarded), None when not
+        the owner."""
         params = {
             "id": job_id,
             "worker_id": validation.name(worker_id, "worker_id"),
             "fence": self._fence(fence),
             "result": result,
         }
-        return bool(self._execute(self._sql().COMPLETE, params))
+        rows = self._execute(self._sql().COMPLETE, params)
+        return JobStatus(rows[0][0]) if rows else None
 
-    def complete_many(self, worker_id: str, done: Sequence[tuple[int, int, str]]) -> set[int]:
-        """Complete (id, fence, result JSON text) triples in one statement; the ids that were still owned."""
+    def complete_many(self, worker_id: str, done: Sequence[tuple[int, int, str]]) -> Written:
+        """Complete (id, fence, result JSON text) triples in one statement, never waiting for a row
+        another transaction holds (those come back busy)."""
         if not done:
-            return set()
+            return Written()
         ids, fences, results = (list(column) for column in zip(*done, strict=True))
         params = {"worker_id": worker_id, "ids": ids, "fences": fences, "results": results}
-        return {row[0] for row in self._execute(self._sql().COMPLETE_MANY, params)}
+        rows = self._execute(self._sql().COMPLETE_MANY, params)
+        return Written(
+            done=frozenset(i for i, status in rows if status == JobStatus.DONE),
+            cancelled=frozenset(i for i, status in rows if status is not None and status != JobStatus.DONE),
+            busy=frozenset(i for i, status in rows if status is None),
+        )
 
     def complete_and_claim(
         self,
@@ -97,7 +110,7 @@ class ConsumerManager(CapManager):
         *,
         exclude: Sequence[str] = (),
         look_past: bool = True,
-    ) -> tuple[set[int], list[Job]]:
+    ) -> tuple[Written, list[Job]]:
         """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
         ``exclude``) in a single statement (one commit). A queue with JOBQ["QUEUES"][q]["MAX_RUNNING"]
         is claimed from under that cap, across every worker (claim and claim_batch ignore caps).
@@ -105,7 +118,7 @@ class ConsumerManager(CapManager):
         unless ``look_past`` is False (that reads the held-back jobs: the worker does it at most
         every LOOK_PAST_SECONDS while it finds nothing there).
 
-        Returns the ids completed (still owned) and the jobs claimed (``limit`` may be 0)."""
+        Returns what the completion wrote (Written) and the jobs claimed (``limit`` may be 0)."""
         ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
         params: dict[str, Any] = {
             "worker_id": worker_id, "ids": ids, "fences": fences, "results": results,
@@ -118,15 +131,15 @@ class ConsumerManager(CapManager):
             return self._complete_and_claim({**params, "cap": caps.get(queue)}, look_past)
         # The "*" lane: every uncapped queue in one statement, then each capped one it serves.
         params["exclude"] = [*exclude, *caps]
-        completed, jobs = self._complete_and_claim(params, look_past)
+        written, jobs = self._complete_and_claim(params, look_past)
         for name in sorted(set(caps) - set(exclude)):
             if len(jobs) >= limit:
                 break
             more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps[name]}
             jobs += self._complete_and_claim({**more, "limit": limit - len(jobs)}, look_past)[1]
-        return completed, jobs
+        return written, jobs
 
-    def _complete_and_claim(self, params: dict[str, Any], look_past: bool) -> tuple[set[int], list[Job]]:
+    def _complete_and_claim(self, params: dict[str, Any], look_past: bool) -> tuple[Written, list[Job]]:
         """One complete-and-claim statement: for one queue (capped: under the queue's CAP_LOCK, in a
         transaction of its own), or for every queue but params["exclude"]. While tasks have caps, the
         pick leaves out what they hold back, claims again while it cut jobs that stood ahead of others
@@ -146,7 +159,7 @@ class ConsumerManager(CapManager):
         with transaction.atomic(using=self.connection.alias):
             if params["cap"] is not None:
                 self._execute(sql.CAP_LOCK, {"name": f"queue:{params['queue']}"})
-            completed, jobs, held_back = self._run_complete_and_claim(statement, params)
+            written, jobs, held_back = self._run_complete_and_claim(statement, params)
             taken = len(jobs)
             # A claim that cut jobs took the first of each task (key) it cut and filled its room, so
             # each round leaves out one more task or key than the last: the rounds end.
@@ -157,19 +170,20 @@ class ConsumerManager(CapManager):
                 taken = len(found)
             if task_caps:
                 jobs = self._trim_to_task_caps(params["worker_id"], jobs)
-            return completed, jobs
+            return written, jobs
 
     def _run_complete_and_claim(
         self, statement: str, params: dict[str, Any]
-    ) -> tuple[set[int], list[Job], int]:
-        """The ids completed, the jobs claimed, and the jobs the task caps held back (held_back, of
-        the _TASK_CAPS statements; else 0)."""
+    ) -> tuple[Written, list[Job], int]:
+        """What the completion wrote, the jobs claimed, and the jobs the task caps held back
+        (held_back, of the _TASK_CAPS statements; else 0)."""
         result = self._run(statement, params)
-        completed = set(result.rows[0][0])
-        skip = 2 if result.names[1] == "held_back" else 1
-        held_back = int(result.rows[0][1]) if skip == 2 else 0
+        first = result.rows[0]
+        written = Written(done=frozenset(first[0]), cancelled=frozenset(first[1]), busy=frozenset(first[2]))
+        skip = 4 if result.names[3] == "held_back" else 3
+        held_back = int(first[3]) if skip == 4 else 0
         jobs = self._build(result.names[skip:], (row[skip:] for row in result.rows if row[skip] is not None))
-        return completed, jobs, held_back
+        return written, jobs, held_back
 
     def _task_caps(self) -> dict[str, list[Any]]:
         """The registered capped tasks as the _TASK_CAPS statements take them; none on an engine
@@ -234,21 +248,21 @@ class ConsumerManager(CapManager):
     ) -> set[tuple[int, int]]:
         """Renew the leases of all (id, fence) a worker runs, in one statement (never shortening one);
         returns the (id, fence) pairs whose run no longer owns its job (lost)."""
-        return self.beat(worker_id, running, lease_seconds)[0]
+        return set(self.beat(worker_id, running, lease_seconds).lost)
 
     def beat(
         self, worker_id: str, running: Sequence[tuple[int, int]], lease_seconds: float | None = None
-    ) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
-        """heartbeat(), and the (id, fence) runs still owned that a cancel was asked of: (lost, asked)."""
+    ) -> Beat:
+        """heartbeat(), and the runs still owned that a cancel was asked of, and those whose row another
+        transaction holds (not renewed; never waited for)."""
         if not running:
-            return set(), set()
+            return Beat()
         ids, fences = (list(column) for column in zip(*running, strict=True))
         params = {"worker_id": worker_id, "ids": ids, "fences": fences, "lease": self._lease(lease_seconds)}
-        lost: set[tuple[int, int]] = set()
-        asked: set[tuple[int, int]] = set()
-        for job_id, fence, was_asked in self._execute(self._sql().HEARTBEAT, params):
-            (asked if was_asked else lost).add((job_id, fence))
-        return lost, asked
+        kinds: dict[str, set[tuple[int, int]]] = {"lost": set(), "asked": set(), "busy": set()}
+        for job_id, fence, kind in self._execute(self._sql().HEARTBEAT, params):
+            kinds[kind].add((job_id, fence))
+        return Beat(**{kind: frozenset(runs) for kind, runs in kinds.items()})
 
     def snooze_run(self, job_id: int, worker_id: str, fence: int, delay: float) -> JobStatus | None:
         """A run that raised Snooze: back to PENDING after ``delay`` seconds without using an attempt
@@ -320,6 +334,18 @@ class ConsumerManager(CapManager):
         sql = self._sql()
         statement = sql.RELEASE_ORPHANS if queue is not None else sql.RELEASE_ORPHANS_REST
         return [row[0] for row in self._execute(statement, params)]
+
+    def local_timeouts(self, lock_seconds: float) -> None:
+        """Bound the current transaction's row-lock waits by ``lock_seconds`` (0: no bound, nor on its
+        statements; otherwise they keep JOBQ["STATEMENT_TIMEOUT"])."""
+        statement = 0.0 if lock_seconds == 0 else jobq_settings().statement_timeout
+        params = {"statement_ms": f"{int(statement * 1000)}ms", "lock_ms": f"{int(lock_seconds * 1000)}ms"}
+        self._execute(self._sql().LOCAL_TIMEOUTS, params)
+
+    def lock_job(self, job_id: int) -> bool:
+        """Take the job's row lock until the transaction ends, waiting for its holder; False when the
+        job no longer exists."""
+        return bool(self._execute(self._sql().LOCK_JOB, {"id": job_id}))
 
     def state(self, job_id: int) -> tuple[JobStatus, str | None, int] | None:
         """(status, worker_id, fence) of a job, or None if it no longer exists."""

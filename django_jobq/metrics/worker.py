@@ -33,6 +33,10 @@ RUNS = Tally(
         "jobq_jobs_snoozed": "Runs that raised Snooze.",
         "jobq_leases_lost": "Running jobs whose lease a heartbeat found lost (reaped, cut off).",
         "jobq_rate_limit_refusals": "Runs that found no rate-limit permit (the job waits for one).",
+        "jobq_unknown_task_refusals": (
+            "Jobs given back because this worker knows no task of their name (a rolling deploy: they wait "
+            "for a worker that does)."
+        ),
     },
     histograms={
         "jobq_job_run_seconds": "Run time of the runs that ended DONE.",
@@ -113,6 +117,7 @@ _RECEIVERS = (
     (signals.job_snoozed, _counting("jobq_jobs_snoozed")),
     (signals.job_lease_lost, _counting("jobq_leases_lost")),
     (signals.job_rate_limited, _counting("jobq_rate_limit_refusals")),
+    (signals.job_task_unknown, _counting("jobq_unknown_task_refusals")),
     (signals.jobs_claimed, _claimed),
 )
 

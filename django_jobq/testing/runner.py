@@ -184,8 +184,7 @@ class JobRunner:
         if outcome.ok:
             if outcome.committed:  # an atomic task wrote DONE in its own transaction
                 return JobStatus.DONE
-            done = jobs.complete_json(job.id, WORKER_ID, outcome.result_json or "null", fence=outcome.fence)
-            return JobStatus.DONE if done else None
+            return jobs.complete_json(job.id, WORKER_ID, outcome.result_json or "null", fence=outcome.fence)
         if outcome.snoozed:
             return jobs.snooze_run(job.id, WORKER_ID, outcome.fence, outcome.snooze or 0.0)
         if outcome.snooze is not None:  # no rate-limit permit
@@ -210,6 +209,8 @@ class JobRunner:
             signals.send(signals.job_dead, **common, error=outcome.error)
         elif status == JobStatus.PENDING and outcome.snoozed:
             signals.send(signals.job_snoozed, **common, delay=outcome.snooze)
+        elif status == JobStatus.PENDING and outcome.unknown_task:
+            signals.send(signals.job_task_unknown, **common, delay=outcome.snooze)
         elif status == JobStatus.PENDING and outcome.snooze is not None:
             signals.send(signals.job_rate_limited, **common, delay=outcome.snooze)
         elif status == JobStatus.PENDING:

@@ -16,6 +16,7 @@ from django.db import InterfaceError, OperationalError, connections
 from ..conf import jobq_settings
 from ..models import Job
 from .lanes import Lane, Running
+from .lock_waits import LockWaits
 from .outage import Outage
 
 if TYPE_CHECKING:
@@ -29,7 +30,10 @@ T = TypeVar("T")
 
 def is_connection_error(exc: BaseException) -> bool:
     """A fault of the connection or the server (retry later), as opposed to a statement the database
-    refuses (DataError, IntegrityError, ProgrammingError: retrying would fail the same way)."""
+    refuses (DataError, IntegrityError, ProgrammingError: retrying would fail the same way) or one that
+    waited past JOBQ["LOCK_TIMEOUT"] for a row another transaction holds (the database answers)."""
+    if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+        return False
     return isinstance(exc, OperationalError | InterfaceError)
 
 
@@ -44,7 +48,7 @@ LOCK_CONFLICT_RETRIES = 5  # runs again of a statement PostgreSQL rolled back to
 
 class WorkerBase:
     """The attributes every part of the worker shares. ``_lock`` guards ``_running``, ``processed``,
-    ``_claimed`` and each lane's ``current``."""
+    ``_claimed``, ``_ended`` and each lane's ``current``."""
 
     lanes: dict[str, Lane]
     worker_id: str
@@ -64,8 +68,11 @@ class WorkerBase:
     listener: Listener | None
     idle_lock: IdleLock | None
     outage: Outage  # the database's unavailability, logged once (worker/outage.py)
+    lock_waits: LockWaits  # writes waiting for a row another transaction holds (worker/lock_waits.py)
     _claimed: int
+    _ended: int  # outcomes written so far (burst: a lane claims again after any, see dispatch.py)
     _running: dict[tuple[int, int], Running]
+    _unknown_tasks: set[str]  # task names this worker gave jobs back for (warned once each)
     _lock: threading.Lock
 
     def stop(self) -> None:
@@ -115,3 +122,6 @@ class WorkerBase:
             if self._running.get(entry.key) is entry:
                 del self._running[entry.key]
             self.processed += 1
+            self._ended += 1
+        if self.burst:  # its write may have released jobs (a workflow's next steps): lanes look again
+            self._wake_all()

@@ -31,6 +31,7 @@ from ..sql import engine_for
 from . import startup
 from .heartbeat import HeartbeatMixin
 from .lanes import ALL_QUEUES, Lane
+from .lock_waits import LockWaits
 from .outage import Outage
 from .side import SideWriter
 from .slots import SlotMixin
@@ -94,6 +95,8 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.exit_code = 0
         self.supervision: dict[str, Any] | None = None  # what a supervisor told it (supervisor/link.py)
         self._claimed = 0
+        self._ended = 0
+        self._unknown_tasks = set()
         self._running = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -101,6 +104,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.idle_lock = None
         self._side_writer = SideWriter()
         self.outage = Outage(self.worker_id)
+        self.lock_waits = LockWaits(self.worker_id)
         self.paused = frozenset()  # the paused queues, as last read (pausing.PauseMixin)
         self._paused_lock = threading.Lock()
         self._paused_stale = threading.Event()
@@ -190,6 +194,8 @@ class Worker(HeartbeatMixin, SlotMixin):
         deadline = time.monotonic() + self.grace
         for lane in self.lanes.values():  # dispatchers write what finishes within the grace period
             lane.done.wait(timeout=max(0.0, deadline - time.monotonic()))
+        # a finished job whose row another transaction holds is written once it lets go, within the grace
+        self.lock_waits.drain(max(0.0, deadline - time.monotonic()))
         self.abandon.set()
         self._wake_all()
         for lane in self.lanes.values():
@@ -203,6 +209,7 @@ class Worker(HeartbeatMixin, SlotMixin):
                 "worker %s: released %d unfinished job(s) to PENDING: %s",
                 self.worker_id, len(released), released,
             )  # fmt: skip
+        self.lock_waits.close()  # what still waits is left to the lease, once the row's holder lets go
         wakeup.unregister(self._on_notify)
         self._beat(stopped=True)
         self.finished.set()

@@ -16,12 +16,14 @@ from django.db import connections
 
 from .. import signals
 from ..conf import jobq_settings
+from ..managers.written import Written
 from ..models import Job
 from ..registry import capped_tasks, resolve_task
 from ..status import JobStatus
 from .base import is_connection_error
 from .lanes import Lane, Running
 from .pausing import PauseMixin
+from .reports import ReportMixin
 from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
@@ -33,7 +35,7 @@ LOOK_PAST_SECONDS = 0.2
 Report = Callable[[], None]  # logs and signals about an outcome, sent once the lane's jobs are handed out
 
 
-class DispatchMixin(PauseMixin):
+class DispatchMixin(PauseMixin, ReportMixin):
     def _budget(self) -> int:
         """Jobs this worker may still claim (max_jobs)."""
         return 1 << 30 if self.max_jobs is None else self.max_jobs - self._claimed
@@ -45,8 +47,16 @@ class DispatchMixin(PauseMixin):
         return (
             self.stopping.is_set()
             or self._budget() <= 0
-            or (self.burst and lane.idle and not self._runs_capped())
+            or (self.burst and lane.idle and not self._runs_capped() and self._quiet_since_claim(lane))
         )
+
+    def _quiet_since_claim(self, lane: Lane) -> bool:
+        """Burst: nothing runs in this worker and no outcome was written since this lane's last claim
+        was sent. An outcome may release jobs (a workflow's next steps), also into this lane's queue,
+        and a job released by the statement that claims is not in that claim's snapshot: a burst
+        lane claims again after any, and ends only once every lane found nothing. Holds lane.cond."""
+        with self._lock:
+            return not self._running and self._ended == lane.claimed_after
 
     def _runs_capped(self) -> bool:
         """A job of a capped task runs in this worker: a burst lane whose claim that task's cap held
@@ -76,6 +86,10 @@ class DispatchMixin(PauseMixin):
                     lane.idle = lane.woken = False
                 if lane.idle and now >= poll_at:
                     lane.idle = False  # the safety-net poll
+                if self.burst and lane.idle and not self._quiet_since_claim(lane):
+                    with self._lock:
+                        ended_since = self._ended != lane.claimed_after
+                    lane.idle = not ended_since  # an outcome written since: claim again
                 room = lane.capacity(claim_ahead, now) - lane.busy
                 can_claim = not stopping and self._budget() > 0 and room > 0
                 if lane.outcomes or (can_claim and not lane.idle):
@@ -105,6 +119,7 @@ class DispatchMixin(PauseMixin):
                 with self._lock:
                     free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
+                    lane.claimed_after = self._ended
                 jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
                 if free:
                     signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=free,
@@ -150,14 +165,14 @@ class DispatchMixin(PauseMixin):
         to_write = [(r, o) for r, o in successes if not o.committed]  # atomic tasks wrote their own DONE
         done = [(r.job.id, o.fence, o.result_json or "null") for r, o in to_write]
         exclude = lane.exclude if lane.claims is not None else (*lane.exclude, *lane.held)
-        completed: set[int] = set()
+        written = Written()
         jobs: list[Job] = []
         try:
             if done or limit:
                 Job.objects.bound_statements()
                 sent = time.monotonic()  # the claimed leases run for at least LEASE_SECONDS from here
                 look_past = sent >= lane.look_past_at
-                completed, jobs = Job.objects.complete_and_claim(
+                written, jobs = Job.objects.complete_and_claim(
                     self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past
                 )
                 if look_past and len(jobs) < limit:  # nothing (more) behind the held-back jobs
@@ -168,44 +183,76 @@ class DispatchMixin(PauseMixin):
             jobs = []
             if is_connection_error(exc):
                 self.outage.failed(f"lane {lane.queue}'s write and claim", exc)
-                completed = self._resolve_unknown(lane, to_write, done)
+                written = self._resolve_unknown(lane, to_write, done)
             else:  # the database refused the batch: one value in it must be bad
                 logger.error("worker %s lane %s: batch refused (%s); writing one by one", self.worker_id,
                              lane.queue, exc)  # fmt: skip
-                completed = self._complete_one_by_one(to_write)
-        completed |= {r.job.id for r, o in successes if o.committed}
+                written = self._complete_one_by_one(to_write)
+        done_ids = written.done | {r.job.id for r, o in successes if o.committed}
         reports: list[Report] = []
         for entry, outcome in successes:
+            job_id = entry.job.id
+            if job_id in written.busy:  # another transaction holds its row: written once it lets go
+                self._complete_when_free(entry, outcome)
+                continue
             self._forget(entry)
-            if entry.job.id in completed:
-                reports.append(functools.partial(self._report_done, entry, outcome))
-            else:
-                logger.warning("job %s: result not recorded, the job is no longer ours", entry.job.id)
+            status = (
+                JobStatus.DONE if job_id in done_ids else JobStatus.CANCELLED if job_id in written.cancelled
+                else None
+            )  # fmt: skip
+            reports.append(functools.partial(self._report_ended, entry, outcome, status))
         return jobs, reports, sent
+
+    def _complete_when_free(self, entry: Running, outcome: Outcome) -> None:
+        """Write a success whose row another transaction held (lock_waits.py); the job stays held
+        (leased, renewed) until it is written."""
+        job = entry.job
+
+        def write() -> JobStatus | None:
+            result = outcome.result_json or "null"
+            return Job.objects.complete_json(job.id, self.worker_id, result, fence=outcome.fence)
+
+        def then(status: JobStatus | None) -> None:
+            self._forget(entry)
+            self._report_ended(entry, outcome, status)
+
+        self.lock_waits.write(job.id, "complete", write, then, f"job {job.id}'s completion")
 
     def _resolve_unknown(
         self, lane: Lane, successes: list[tuple[Running, Outcome]], done: list[tuple[int, int, str]]
-    ) -> set[int]:
+    ) -> Written:
         """The statement may have committed without our hearing of it: write the successes again (a row
-        already DONE is resolved by re-reading it) and give back jobs claimed unknowingly."""
-        completed = self._db(lambda: Job.objects.complete_many(self.worker_id, done)) or set()
-        completed |= {r.job.id for r, o in successes if r.job.id not in completed and self._was_written(r, o)}
+        already ended is resolved by re-reading it) and give back jobs claimed unknowingly."""
+        written = self._db(lambda: Job.objects.complete_many(self.worker_id, done)) or Written()
+        settled = {
+            r.job.id: state
+            for r, o in successes
+            if r.job.id not in written.ended | written.busy and (state := self._written_as(r, o)) is not None
+        }
         self._db(lambda: self._release_orphans(lane))
-        return completed
+        return Written(
+            done=written.done | {i for i, s in settled.items() if s == JobStatus.DONE},
+            cancelled=written.cancelled | {i for i, s in settled.items() if s == JobStatus.CANCELLED},
+            busy=written.busy,
+        )
 
-    def _complete_one_by_one(self, successes: list[tuple[Running, Outcome]]) -> set[int]:
+    def _complete_one_by_one(self, successes: list[tuple[Running, Outcome]]) -> Written:
         """Write each success alone; one the database refuses goes DEAD with the reason."""
-        completed: set[int] = set()
+        parts: list[Written] = []
         for entry, outcome in successes:
             row = (entry.job.id, outcome.fence, outcome.result_json or "null")
             try:
                 write = functools.partial(Job.objects.complete_many, self.worker_id, [row])
-                completed |= self._db(write) or set()
+                parts.append(self._db(write) or Written())
             except DatabaseError as exc:
                 error = f"the job's result could not be stored: {exc}"
                 logger.error("job %s (%s): %s", entry.job.id, entry.job.task, error)
                 self._fail_plainly(entry, outcome, error)
-        return completed
+        return Written(
+            done=frozenset().union(*(p.done for p in parts)),
+            cancelled=frozenset().union(*(p.cancelled for p in parts)),
+            busy=frozenset().union(*(p.busy for p in parts)),
+        )
 
     def _fail_plainly(self, entry: Running, outcome: Outcome, error: str) -> JobStatus | None:
         """Send the run DEAD with a short, always storable error (when its own result or error was refused)."""
@@ -295,10 +342,13 @@ class DispatchMixin(PauseMixin):
                 "worker %s: released %d job(s) from a lost claim reply", self.worker_id, len(released)
             )
 
-    def _was_written(self, entry: Running, outcome: Outcome) -> bool:
-        """Re-read a job whose DONE write went unconfirmed: True if the row shows our write."""
+    def _written_as(self, entry: Running, outcome: Outcome) -> JobStatus | None:
+        """Re-read a job whose completion went unconfirmed: the status our write left (DONE, or
+        CANCELLED when a cancel was asked), None when the row does not show our write."""
         state = self._db(lambda: Job.objects.state(entry.job.id))
-        return state == (JobStatus.DONE, self.worker_id, outcome.fence)
+        if state is None or state[1:] != (self.worker_id, outcome.fence):
+            return None
+        return state[0] if state[0] in (JobStatus.DONE, JobStatus.CANCELLED) else None
 
     # -- outcomes --------------------------------------------------------------------------------------
     def _write_failure(self, entry: Running, outcome: Outcome) -> Report:
@@ -314,6 +364,14 @@ class DispatchMixin(PauseMixin):
                 status = None
             self._forget(entry)
             return functools.partial(self._report_snooze, entry, outcome, status)
+        if outcome.unknown_task:  # a task this worker does not know: back for one that does
+            runs = [(job.id, outcome.fence, outcome.snooze or 0.0)]
+            try:
+                self._db(lambda: Job.objects.snooze(self.worker_id, runs))
+            except DatabaseError as exc:  # left to its lease
+                logger.error("job %s: could not give it back (%s)", job.id, exc)
+            self._forget(entry)
+            return functools.partial(self._report_unknown_task, entry, outcome)
         if outcome.snooze is not None:  # no rate-limit permit: the job waits, no attempt used
             runs = [(job.id, outcome.fence, outcome.snooze)]
             try:
@@ -342,50 +400,3 @@ class DispatchMixin(PauseMixin):
             )
         self._forget(entry)
         return functools.partial(self._report_failure, entry, outcome, status)
-
-    def _report_failure(self, entry: Running, outcome: Outcome, status: JobStatus | None) -> None:
-        job = entry.job
-        if status is None:
-            logger.warning("job %s: failure not recorded (no longer owned by %s)", job.id, self.worker_id)
-            return
-        extra = {"job_id": job.id, "task": job.task, "attempt": outcome.attempt, "duration": outcome.duration}
-        if status == JobStatus.CANCELLED:
-            logger.info("job %s (%s) is CANCELLED after attempt %s: %s", job.id, job.task, outcome.attempt,
-                        (outcome.error or "?").splitlines()[-1], extra=extra)  # fmt: skip
-            signals.send(signals.job_cancelled, job=job, worker_id=self.worker_id, reason=outcome.error)
-        elif status == JobStatus.DEAD:
-            logger.error("job %s (%s) is DEAD after attempt %s:\n%s", job.id, job.task, outcome.attempt,
-                         outcome.error, extra=extra)  # fmt: skip
-            signals.send(signals.job_dead, job=job, worker_id=self.worker_id, error=outcome.error)
-        else:
-            logger.warning("job %s (%s) attempt %s failed, retry scheduled: %s", job.id, job.task,
-                           outcome.attempt, (outcome.error or "?").splitlines()[-1], extra=extra)  # fmt: skip
-            signals.send(
-                signals.job_retried,
-                job=job,
-                worker_id=self.worker_id,
-                error=outcome.error,
-                delay=outcome.backoff,
-            )
-
-    def _report_snooze(self, entry: Running, outcome: Outcome, status: JobStatus | None) -> None:
-        job = entry.job
-        if status is None:
-            logger.warning("job %s: snooze not recorded (no longer owned by %s)", job.id, self.worker_id)
-        elif status == JobStatus.CANCELLED:
-            signals.send(signals.job_cancelled, job=job, worker_id=self.worker_id, reason="cancelled")
-        else:
-            logger.info("job %s (%s) snoozed for %.3gs", job.id, job.task, outcome.snooze,
-                        extra={"job_id": job.id, "task": job.task})  # fmt: skip
-            signals.send(signals.job_snoozed, job=job, worker_id=self.worker_id, delay=outcome.snooze)
-
-    def _report_done(self, entry: Running, outcome: Outcome) -> None:
-        job = entry.job
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("job %s (%s) done in %.3fs (attempt %s)", job.id, job.task, outcome.duration,
-                        outcome.attempt, extra={"job_id": job.id, "task": job.task, "attempt": outcome.attempt,
-                                                "duration": outcome.duration})  # fmt: skip
-        signals.send(
-            signals.job_succeeded, job=job, worker_id=self.worker_id, result=outcome.result_json,
-            duration=outcome.duration,
-        )  # fmt: skip

@@ -53,16 +53,22 @@ class HeartbeatMixin(DispatchMixin):
             held = list(self._running)
         Job.objects.bound_statements()
         sent = time.monotonic()  # the renewed leases run for at least ``lease`` seconds from here
-        refused, asked = Job.objects.beat(self.worker_id, held, lease)
+        beat = Job.objects.beat(self.worker_id, held, lease)
         with self._lock:
             for key in held:
                 if (entry := self._running.get(key)) is not None:
-                    if key in refused:
+                    if key in beat.lost:
                         entry.lost = True  # a slot never starts it (claimed ahead, not yet started)
-                    else:
+                    elif key not in beat.busy:  # renewed (a busy row was not: never counted as such)
                         entry.renewed_at = max(entry.renewed_at, sent)
-            lost = [key for key in held if key in refused and (r := self._running.get(key)) and not r.writing]
-            told = [entry for key in asked if (entry := self._running.get(key)) and not entry.cancel.is_set()]
+            lost = [
+                key for key in held if key in beat.lost and (r := self._running.get(key)) and not r.writing
+            ]
+            told = [
+                entry for key in beat.asked if (entry := self._running.get(key)) and not entry.cancel.is_set()
+            ]
+        for key in beat.busy:
+            self._renew_when_free(key, lease)
         for entry in told:  # outside the lock: an async task's cancellation is scheduled on its loop
             logger.info("job %s (%s): a cancel was asked; its run is told to stop", entry.job.id, entry.job.task,
                         extra={"job_id": entry.job.id, "task": entry.job.task})  # fmt: skip
@@ -76,6 +82,23 @@ class HeartbeatMixin(DispatchMixin):
                 if (entry := self._running.get(key)) is not None:
                     signals.send(signals.job_lease_lost, job=entry.job, worker_id=self.worker_id)
         self._beat(stopped=False)
+
+    def _renew_when_free(self, key: tuple[int, int], lease: float) -> None:
+        """Renew a lease whose row another transaction held (lock_waits.py): waiting for the row, the
+        renewal takes it before any reaper pass can; the run counts as renewed only once it is."""
+        job_id, fence = key
+
+        def write() -> float | None:
+            sent = time.monotonic()
+            return sent if Job.objects.renew_lease(job_id, self.worker_id, lease, fence=fence) else None
+
+        def then(sent: float | None) -> None:
+            if sent is not None:
+                with self._lock:
+                    if (entry := self._running.get(key)) is not None:
+                        entry.renewed_at = max(entry.renewed_at, sent)
+
+        self.lock_waits.write(job_id, f"renew:{fence}", write, then, f"job {job_id}'s lease renewal")
 
     def _beat(self, *, stopped: bool) -> None:
         with self._lock:

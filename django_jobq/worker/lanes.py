@@ -96,6 +96,7 @@ class Lane:
     started: dict[int, float] = field(default_factory=dict)  # slot number -> monotonic start of its run
     give_back_at: float = 0.0  # monotonic time before which unstarted ones are not offered again
     look_past_at: float = 0.0  # monotonic time before which a claim does not look past held-back jobs
+    claimed_after: int = 0  # the worker's ended-jobs count as this lane's last claim was sent
 
     def _short(self) -> bool:
         return self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS

@@ -15,17 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, transaction
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import signals, validation
 from ..backoff import RetryPolicy
 from ..conf import jobq_settings
 from ..context import CancelSignal, JobContext
-from ..exceptions import InvalidPayload, JobTimeout, PermanentError, RateLimitUnavailable
+from ..exceptions import InvalidPayload, JobTimeout, PermanentError, RateLimitUnavailable, UnknownTask
 from ..managers import result_json
 from ..outcomes import Cancelled, Discard, Snooze
 from ..ratelimit import TokenBucket
 from ..registry import resolve_task
+from ..status import JobStatus
 from ..tasks import Task
 from . import middleware
 
@@ -65,6 +67,7 @@ class Outcome:
     discard: bool = (
         False  # end CANCELLED: the task raised Discard or a discard_on exception, or was cancelled
     )
+    unknown_task: bool = False  # no task of the job's name here: given back (snooze) for a worker that has it
 
     @property
     def ok(self) -> bool:
@@ -80,8 +83,37 @@ def timeout_outcome(entry: Running, duration: float = 0.0) -> Outcome:
     )  # fmt: skip
 
 
+UNKNOWN_TASK_DELAYS = (
+    1.0,
+    60.0,
+)  # a job of an unknown task is given back for this long: 10% of its age, within
+
+
+def unknown_task_outcome(job: Job, fence: int, attempt: int) -> Outcome:
+    """A job of a task this worker does not know (a newer deployment enqueued it, this worker runs
+    older code): given back without using an attempt, due again after a tenth of its age (1 s to a
+    minute), for a worker that knows it; DEAD once it has waited JOBQ["UNKNOWN_TASK_GRACE"] since its
+    enqueue."""
+    grace = jobq_settings().unknown_task_grace
+    age = 0.0 if job.created_at is None else max(0.0, (timezone.now() - job.created_at).total_seconds())
+    if age >= grace:
+        error = (
+            f"no task is registered as {job.task!r} on the workers that claimed it within "
+            f'JOBQ["UNKNOWN_TASK_GRACE"] ({grace:g}s) of its enqueue'
+        )
+        return Outcome(fence=fence, attempt=attempt, error=error, error_class=class_path(UnknownTask()),
+                       permanent=True)  # fmt: skip
+    low, high = UNKNOWN_TASK_DELAYS
+    return Outcome(fence=fence, attempt=attempt, snooze=min(high, max(low, age / 10)), unknown_task=True)
+
+
 class StaleRun(Exception):
     """An atomic task's DONE write found the run no longer ours: its transaction must roll back."""
+
+
+class CancelledRun(Exception):
+    """An atomic task's DONE write found a cancel asked of its run: its transaction (the task's work
+    and that write) rolls back, and the run ends CANCELLED."""
 
 
 def permit_wait(task: Task[Any, Any], queue: str) -> float | None:
@@ -181,8 +213,7 @@ class SlotRunner:
     ) -> Outcome:
         task = resolve_task(job.task)
         if task is None:
-            error = f"no task is registered as {job.task!r}"
-            return Outcome(fence=fence, attempt=attempt, error=error, permanent=True)
+            return unknown_task_outcome(job, fence, attempt)
         policy = task.retry or default_policy()
         discards = discarded_by(task)
         conf = jobq_settings()
@@ -206,6 +237,11 @@ class SlotRunner:
                 return Outcome(
                     fence=fence, attempt=attempt, abandoned=True, duration=time.monotonic() - started
                 )
+            except CancelledRun as exc:  # an atomic task's work rolled back: the run ends CANCELLED
+                return Outcome(
+                    fence=fence, attempt=attempt, error=str(exc), discard=True,
+                    duration=time.monotonic() - started,
+                )  # fmt: skip
             except Snooze as exc:
                 duration = time.monotonic() - started
                 if (job.snoozes or 0) < conf.max_snoozes:
@@ -221,7 +257,10 @@ class SlotRunner:
                 duration = time.monotonic() - started
                 error, error_class = format_error(exc), class_path(exc)
                 if cancel.is_set() or isinstance(exc, (Cancelled, *discards)):
+                    # a Discard's reason, or the plain fact of the cancel; any other exception's traceback
                     reason = exc.reason if isinstance(exc, Discard) else error
+                    if isinstance(exc, Cancelled):
+                        reason = f"{exc}; the run stopped"
                     return Outcome(
                         fence=fence, attempt=attempt, error=reason, error_class=error_class, discard=True,
                         duration=duration,
@@ -266,7 +305,9 @@ class SlotRunner:
                     )
                 except DatabaseError:
                     return retry_now
-                if renewed is None or not on_attempt(*renewed):
+                if renewed is None:  # a cancel was asked (FAIL ends it CANCELLED), or no longer ours
+                    return retry_now
+                if not on_attempt(*renewed):
                     return Outcome(fence=fence, attempt=attempt, abandoned=True, duration=duration)
                 logger.info(
                     "job %s (%s) attempt %s failed; retrying in the slot after %.2fs",
@@ -296,8 +337,11 @@ class SlotRunner:
 
         with transaction.atomic(using=jobq_settings().database):
             result = result_json(self._call(task, job, fence, attempt, None, cancel))
-            if not JobModel.objects.complete_json(job.id, self.worker_id, result, fence=fence):
+            status = JobModel.objects.complete_json(job.id, self.worker_id, result, fence=fence)
+            if status is None:
                 raise StaleRun(f"job {job.id}: run {fence} no longer owns the job")
+            if status != JobStatus.DONE:
+                raise CancelledRun("cancelled while it ran; its transaction was rolled back")
         return result
 
     def _call(

@@ -54,7 +54,7 @@ def test_a_batch_of_completions_releases_a_dependent_once_however_many_of_its_de
     c = Job.objects.enqueue("test.noop", depends_on=[a, b])
     runs = {job.id: job.fence for job in Job.objects.claim_batch("w1", 2)}
     assert set(runs) == {a, b}
-    assert Job.objects.complete_many("w1", [(a, runs[a], "1"), (b, runs[b], "2")]) == {a, b}
+    assert Job.objects.complete_many("w1", [(a, runs[a], "1"), (b, runs[b], "2")]).done == {a, b}
     job = Job.objects.get(id=c)
     assert (job.status, job.waiting_on) == (S.PENDING, 0)
     assert set(Dependency.objects.filter(dependent_id=c).values_list("resolved", flat=True)) == {True}
@@ -107,6 +107,25 @@ def test_a_revival_leaves_cancelled_what_another_failure_blocks():
     assert Job.objects.cancel(z) is CancelOutcome.CANCELLED
     assert Job.objects.requeue(a)
     assert state(b, c, d) == [S.WAITING, S.WAITING, S.CANCELLED]  # d still has a failed dependency (z)
+
+
+@pytest.mark.parametrize("order", ["first failed first", "first failed last"])
+def test_requeueing_a_groups_failed_members_one_at_a_time_revives_its_callback_in_either_order(order):
+    """The callback was cancelled by the first member to fail; the second's failure found it cancelled
+    already. Whichever member is requeued last (one at a time, as the admin's requeue of one job does)
+    revives it, once neither has failed any more."""
+    flow = group(
+        Signature("test.noop", {}), Signature("test.noop", {}), then=Signature("test.noop", {}),
+        then_on_failure="cancel",
+    ).enqueue(name="members")  # fmt: skip
+    first, second, callback = flow.job_ids
+    assert run_next(fail=True) == first and run_next(fail=True) == second
+    assert Job.objects.get(id=callback).cancelled_by == f"dependency:{first}"
+    for member in (first, second) if order == "first failed first" else (second, first):
+        assert Job.objects.requeue(member)
+    assert state(callback) == [S.WAITING]
+    assert {run_next(), run_next()} == {first, second}
+    assert run_next() == callback and state(callback) == [S.DONE]
 
 
 def test_a_dependency_added_to_a_finished_job_counts_as_resolved():

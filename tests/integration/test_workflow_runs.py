@@ -74,3 +74,25 @@ def test_a_chain_and_a_group_drain_through_real_workers_woken_by_the_trigger():
     *members, callback = (Job.objects.get(id=i) for i in batch.job_ids)
     assert callback.attempts == 1 and callback.started_at >= max(m.finished_at for m in members)
     assert callback.result == [[m.id, "DONE", {"n": n}] for n, m in enumerate(members)]
+
+
+@pytest.mark.parametrize(
+    "lanes", [{"default": 2}, {"default": 1, "emails": 1}], ids=["one lane", "two lanes"]
+)
+def test_a_burst_worker_runs_a_whole_workflow_before_it_exits(worker_thread, lanes):
+    """Each step is released by the statement that completes the one before it, which is also the
+    statement that claims: a burst worker claims again (every lane, whichever queue the next step is
+    in) before it concludes that nothing is due."""
+    last_queue = list(lanes)[-1]
+    flow = chain(
+        Signature("test.noop", {"step": "charge"}),
+        group(
+            Signature("test.noop", {"step": "receipt"}, queue=last_queue),
+            Signature("test.noop", {"step": "invoice"}),
+        ),
+        Signature("test.noop", {"step": "notify"}, queue=last_queue),
+    ).enqueue(name="order")
+    worker = worker_thread(lanes, burst=True)
+    wait_until(worker.finished.is_set, timeout=60, message="the burst worker exited")
+    steps = Job.objects.filter(workflow_id=flow.id)
+    assert sorted(steps.values_list("status", flat=True)) == [JobStatus.DONE] * 4, flow.status().counts

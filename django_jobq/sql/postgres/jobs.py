@@ -94,26 +94,46 @@ _J_OWNED_IDS = f"j.status + 0 = {RUNNING} AND j.worker_id = %(worker_id)s"
 _ASKED = "cancel_requested_at IS NOT NULL"
 _J_ASKED = "j.cancel_requested_at IS NOT NULL"
 
-# complete: RUNNING -> DONE (CANCELLED if a cancel was asked), only by the owner of this very run.
+# complete: RUNNING -> DONE (CANCELLED if a cancel was asked), only by the owner of this very run; the
+# status written (an atomic task rolls its work back when its run ends CANCELLED).
 COMPLETE = f"""
 UPDATE jobq_job
 SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {DONE} END,
     result = CASE WHEN {_ASKED} THEN NULL ELSE %(result)s::jsonb END,
     key_released = key_released OR {_ASKED}, finished_at = {NOW}, lease_until = NULL
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
-RETURNING id, {_wake_waiters("jobq_job")}
+RETURNING status, {_wake_waiters("jobq_job")}
 """
 
-# complete_many: COMPLETE for a batch of (id, fence, result) in one statement; rows whose guard
-# fails are simply not returned. (id = ANY(ids) and _J_OWNED_IDS keep every plan, generic ones too, on
-# the primary key; the same holds for HEARTBEAT, RELEASE_UNSTARTED and SNOOZE.)
-COMPLETE_MANY = f"""UPDATE jobq_job AS j
-SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} ELSE {DONE} END,
-    result = CASE WHEN {_J_ASKED} THEN NULL ELSE d.result::jsonb END,
-    key_released = j.key_released OR {_J_ASKED}, finished_at = {NOW}, lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::text[]) AS d(id, fence, result)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = d.id AND {_J_OWNED_IDS} AND j.fence = d.fence
-RETURNING j.id, {_wake_waiters("j")}"""
+# complete_many: COMPLETE for a batch of (id, fence, result) in one statement, in three CTEs that
+# COMPLETE_AND_CLAIM shares. done_mine locks the owned rows SKIP LOCKED: a row another transaction
+# holds (an application's transaction that locked the job's row and stays open) is never waited for,
+# so a lane's cycle never stalls behind it. done writes them, returning each id with the status it
+# wrote (DONE, or CANCELLED when a cancel was asked: the worker reports that, not a success).
+# done_busy names the runs skipped that the statement's snapshot shows still owned: the worker writes
+# them again on a connection that waits for the lock (worker/lock_waits.py). A row whose guard fails
+# is in neither (no longer this run's). (id = ANY(ids) and _J_OWNED_IDS keep every plan, generic ones
+# too, on the primary key; the same holds for HEARTBEAT, RELEASE_UNSTARTED and SNOOZE.)
+_DONE = f"""done_mine AS MATERIALIZED (
+    SELECT j.id FROM jobq_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND {_J_OWNED_IDS}
+    FOR NO KEY UPDATE SKIP LOCKED
+), done AS (
+    UPDATE jobq_job AS j
+    SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} ELSE {DONE} END,
+        result = CASE WHEN {_J_ASKED} THEN NULL ELSE d.result::jsonb END,
+        key_released = j.key_released OR {_J_ASKED}, finished_at = {NOW}, lease_until = NULL
+    FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::text[]) AS d(id, fence, result)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM done_mine)) AND j.id = d.id AND {_J_OWNED_IDS} AND j.fence = d.fence
+    RETURNING j.id, j.status, {_wake_waiters("j")}
+), done_busy AS (
+    SELECT h.id FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS h(id, fence)
+    WHERE h.id <> ALL(ARRAY(SELECT id FROM done_mine)) AND EXISTS (
+        SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND {_J_OWNED_IDS} AND j.fence = h.fence)
+)"""
+# One row per run: its id and the status written, NULL for a busy one.
+COMPLETE_MANY = f"""WITH {_DONE}
+SELECT id, status FROM done UNION ALL SELECT id, NULL FROM done_busy"""
 
 _ENDS_CANCELLED = f"(%(discard)s OR {_ASKED})"
 _GIVE_UP = f"(%(permanent)s OR attempts >= max_attempts OR {_ENDS_CANCELLED})"
@@ -145,12 +165,14 @@ WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING id
 """
 
-# heartbeat: renew every lease the worker holds, in one statement, returning the held jobs that are no
-# longer this run's (lost: false) and those still its own that a cancel was asked of (asked: true). Only the ids the worker is running are named, so a job it lost track of
-# (e.g. a claim whose reply was lost) is left to expire. A lease is never shortened (GREATEST), so a
-# task's longer renew_lease() survives the heartbeat. Rows another transaction holds are skipped, not
-# waited for (renewed by the next beat); "lost" is read from the statement's snapshot, so a skipped
-# row that is still ours is not reported.
+# heartbeat: renew every lease the worker holds, in one statement, and report, per held run, what it
+# could not renew: 'lost' (no longer this run's), 'busy' (still its own, but another transaction holds
+# the row: skipped, not waited for, so one held row never delays the other renewals; the worker renews
+# it on a connection that waits for the lock, worker/lock_waits.py, and never counts it renewed
+# meanwhile), and 'asked' (its own, a cancel was asked of it). Only the ids the worker is running are
+# named, so a job it lost track of (e.g. a claim whose reply was lost) is left to expire. A lease is
+# never shortened (GREATEST), so a task's longer renew_lease() survives the heartbeat. 'lost' and
+# 'busy' are read from the statement's snapshot: a row skipped that is still ours is busy, not lost.
 HEARTBEAT = f"""
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS h(id, fence)
@@ -165,12 +187,11 @@ WITH held AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM mine)) AND j.id = h.id AND j.fence = h.fence
     RETURNING j.id
 )
-SELECT h.id, h.fence, false AS asked FROM held AS h
-WHERE NOT EXISTS (
-    SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND {_J_OWNED_IDS} AND j.fence = h.fence
-)
+SELECT h.id, h.fence, CASE WHEN j.id IS NULL THEN 'lost' ELSE 'busy' END AS kind FROM held AS h
+LEFT JOIN jobq_job AS j ON j.id = h.id AND {_J_OWNED_IDS} AND j.fence = h.fence
+WHERE j.id IS NULL OR h.id <> ALL(ARRAY(SELECT id FROM mine))
 UNION ALL
-SELECT j.id, j.fence, true FROM jobq_job AS j JOIN held AS h ON j.id = h.id AND j.fence = h.fence
+SELECT j.id, j.fence, 'asked' FROM jobq_job AS j JOIN held AS h ON j.id = h.id AND j.fence = h.fence
 WHERE j.id = ANY(%(ids)s::bigint[]) AND {_J_OWNED_IDS} AND {_J_ASKED}
 """
 
@@ -268,15 +289,24 @@ RETURNING id
 
 # retry_in_slot: record a failed attempt and start the next one in the same worker slot, keeping the
 # job RUNNING and owned: attempts += 1, fence += 1 (a new token), the lease renewed, the error
-# appended. Only while attempts remain; otherwise the caller fails the job as usual.
+# appended. Only while attempts remain and no cancel was asked; otherwise the caller fails the job as
+# usual (FAIL: DEAD, or CANCELLED when a cancel was asked: a cancelled job's failure is never retried).
 RETRY_IN_SLOT = f"""
 UPDATE jobq_job AS j
 SET attempts = attempts + 1, fence = fence + 1, started_at = {NOW},
     lease_until = {NOW} + make_interval(secs => %(lease)s),
     last_error = %(error)s, error_count = error_count + 1,
     errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text, 'class', %(error_class)s::text)")}
-WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts
+WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts AND NOT {_ASKED}
 RETURNING attempts, fence
+"""
+
+# lock_job: take a job's row lock, waiting for whoever holds it (no SKIP LOCKED), until the transaction
+# ends. For a worker's write that met the row held by another transaction (worker/lock_waits.py): it
+# queues for the row, so the reaper (SKIP LOCKED) cannot take the job before it, and the write that
+# follows in the same transaction runs on a clock read after the wait (statement_timestamp()).
+LOCK_JOB = """
+SELECT id FROM jobq_job WHERE id = %(id)s FOR NO KEY UPDATE
 """
 
 # job_state: re-read a job to resolve a write whose outcome is unknown (connection lost mid-commit).
@@ -284,16 +314,19 @@ JOB_STATE = """
 SELECT status, worker_id, fence FROM jobq_job WHERE id = %(id)s
 """
 
-# complete_and_claim: the worker's cycle in one statement and one commit: mark the finished jobs of
-# one queue DONE (COMPLETE_MANY's guard) and claim up to %(limit)s more from it (CLAIM's fenced
-# selection). The two UPDATEs touch disjoint rows (RUNNING vs PENDING). One row always comes back
-# (the LEFT JOIN): the ids completed, then the claimed job's columns, NULL when nothing was claimed.
-# COMPLETE_AND_CLAIM_REST is the same for the "*" lane: it claims from every queue but %(exclude)s.
+# complete_and_claim: the worker's cycle in one statement and one commit: write the finished jobs of
+# one queue (COMPLETE_MANY's CTEs) and claim up to %(limit)s more from it (CLAIM's fenced selection).
+# The two UPDATEs touch disjoint rows (RUNNING vs PENDING). One row always comes back (the LEFT
+# JOIN): the ids ended DONE, those ended CANCELLED, the busy ones, then the claimed job's columns,
+# NULL when nothing was claimed. COMPLETE_AND_CLAIM_REST is the same for the "*" lane: it claims
+# from every queue but %(exclude)s.
 _COMPLETE_AND_CLAIM = f"""
-WITH done AS ({COMPLETE_MANY}),
+WITH {_DONE},
 {{pick}},
 claimed AS ({_TAKE})
-SELECT (SELECT coalesce(array_agg(id), '{{{{}}}}') FROM done) AS completed, {{held}}claimed.*
+SELECT (SELECT coalesce(array_agg(id) FILTER (WHERE status = {DONE}), '{{{{}}}}') FROM done) AS completed,
+       (SELECT coalesce(array_agg(id) FILTER (WHERE status <> {DONE}), '{{{{}}}}') FROM done) AS cancelled,
+       (SELECT coalesce(array_agg(id), '{{{{}}}}') FROM done_busy) AS busy, {{held}}claimed.*
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 """
 COMPLETE_AND_CLAIM = _COMPLETE_AND_CLAIM.format(pick=_PICK_ONE, held="")

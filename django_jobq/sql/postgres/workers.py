@@ -53,6 +53,13 @@ SELECT set_config('statement_timeout', %(statement_ms)s, false),
        set_config('lock_timeout', %(lock_ms)s, false)
 """
 
+# local_timeouts: the same bounds for the current transaction only (SET LOCAL: gone at its end, so they
+# hold behind a transaction-mode pooler too); '0' for none.
+LOCAL_TIMEOUTS = """
+SELECT set_config('statement_timeout', %(statement_ms)s, true),
+       set_config('lock_timeout', %(lock_ms)s, true)
+"""
+
 # set_channels: the channels the workflow trigger (migration 0009) notifies from this session, the
 # worker's and reaper's ('' for JOBQ["NOTIFY"] off); other sessions use the defaults.
 SET_CHANNELS = """

@@ -68,17 +68,19 @@ INSERT INTO jobq_dependency (dependent_id, dependency_id, resolved)
 SELECT * FROM unnest(%(dependents)b::bigint[], %(dependencies)b::bigint[], %(resolved)b::bool[])
 """
 
-# revive: run with a requeue, in its transaction, after it: the jobs that a failure of the requeued
-# jobs (%(ids)s) cancelled (cancelled_by "dependency:<id>", transitively) wait again, unless one of
-# their dependencies is DEAD or CANCELLED for another reason (then they, and what waits on them, stay
-# cancelled). A revived job waits for each dependency not DONE: its edges from those are unresolved
+# revive: run with a requeue, in its transaction, after it: the jobs that a dependency's failure
+# cancelled (cancelled_by "dependency:<id>") and that depend on a requeued job (%(ids)s), and
+# transitively theirs, wait again, unless one of their dependencies is DEAD or CANCELLED still (then
+# they, and what waits on them, stay cancelled). Any failed dependency's requeue counts, not only the
+# one whose failure cancelled them: of a group's two failed members, the one requeued last revives
+# the callback, whichever failed first. A revived job waits for each dependency not DONE: its edges from those are unresolved
 # again and waiting_on counts them, so the trigger settles it as it would have. The dependencies'
 # rows are locked (FOR SHARE, reading their latest status) so none finishes unseen meanwhile.
 REVIVE = f"""
 WITH RECURSIVE candidates(id) AS (
     SELECT e.dependent_id FROM jobq_dependency AS e JOIN jobq_job AS w ON w.id = e.dependent_id
     WHERE e.dependency_id = ANY(%(ids)s::bigint[]) AND w.status = {CANCELLED}
-      AND w.cancelled_by = 'dependency:' || e.dependency_id
+      AND w.cancelled_by LIKE 'dependency:%%'
     UNION
     SELECT e.dependent_id FROM candidates AS c JOIN jobq_dependency AS e ON e.dependency_id = c.id
     JOIN jobq_job AS w ON w.id = e.dependent_id

@@ -80,18 +80,19 @@ _DONE_ROWS = """(SELECT i.value AS id, json_extract(%(fences)s, '$[' || i.key ||
 _ASKED = "cancel_requested_at IS NOT NULL"
 
 # complete: RUNNING -> DONE (CANCELLED if a cancel was asked), only by the owner of this very run (a
-# NULL fence: any run of this owner). The second column stands for PostgreSQL's completion NOTIFY
-# (wait_for), which SQLite has not.
+# NULL fence: any run of this owner); the status written. The second column stands for PostgreSQL's
+# completion NOTIFY (wait_for), which SQLite has not.
 COMPLETE = f"""
 UPDATE jobq_job
 SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {DONE} END,
     result = CASE WHEN {_ASKED} THEN NULL ELSE %(result)s END,
     key_released = key_released OR {_ASKED}, finished_at = {NOW}, lease_until = NULL
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
-RETURNING id, NULL
+RETURNING status, NULL
 """
 
-# complete_many: COMPLETE for a batch of (id, fence, result); rows whose guard fails are not returned.
+# complete_many: COMPLETE for a batch of (id, fence, result): each id with the status written; rows
+# whose guard fails are not returned. No row is ever busy: SQLite has no row locks (one writer at a time).
 COMPLETE_MANY = f"""
 UPDATE jobq_job
 SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {DONE} END,
@@ -100,7 +101,7 @@ SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {DONE} END,
 FROM {_DONE_ROWS} AS d
 WHERE jobq_job.id = d.id AND jobq_job.status = {RUNNING} AND jobq_job.worker_id = %(worker_id)s
   AND jobq_job.fence = d.fence
-RETURNING id, NULL
+RETURNING id, status
 """
 
 _ENDS_CANCELLED = f"(%(discard)s OR {_ASKED})"
@@ -131,18 +132,18 @@ RETURNING id
 """
 
 # heartbeat: renew every lease the worker holds (never shortening one), then report the held
-# (id, fence) pairs that are no longer this run's (lost: asked 0) and those still its own that a
-# cancel was asked of (asked 1); both steps in one write transaction.
+# (id, fence) pairs that are no longer this run's ('lost') and those still its own that a cancel was
+# asked of ('asked'); both steps in one write transaction. None is 'busy': no row locks here.
 HEARTBEAT = Script((
     f"""UPDATE jobq_job SET lease_until = max(lease_until, {plus(NOW, "%(lease)s")})
 FROM {_HELD} AS h
 WHERE jobq_job.id = h.id AND jobq_job.fence = h.fence AND jobq_job.status = {RUNNING}
   AND jobq_job.worker_id = %(worker_id)s""",
-    f"""SELECT h.id, h.fence, 0 AS asked FROM {_HELD} AS h WHERE NOT EXISTS (
+    f"""SELECT h.id, h.fence, 'lost' AS kind FROM {_HELD} AS h WHERE NOT EXISTS (
     SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND j.status = {RUNNING}
       AND j.worker_id = %(worker_id)s AND j.fence = h.fence)
 UNION ALL
-SELECT j.id, j.fence, 1 FROM jobq_job AS j JOIN {_HELD} AS h ON j.id = h.id AND j.fence = h.fence
+SELECT j.id, j.fence, 'asked' FROM jobq_job AS j JOIN {_HELD} AS h ON j.id = h.id AND j.fence = h.fence
 WHERE j.status = {RUNNING} AND j.worker_id = %(worker_id)s AND j.{_ASKED}""",
 ))  # fmt: skip
 
@@ -158,6 +159,23 @@ SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
     run_at = {plus(NOW, "%(delay)s")}
 WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s
 RETURNING status, NULL
+"""
+
+# snooze: owned (id, fence, delay) runs back to PENDING without using up an attempt, each due after its
+# delay (as on PostgreSQL: a job a worker cannot start, e.g. of a task it does not know); CANCELLED
+# instead when a cancel was asked.
+SNOOZE = f"""
+UPDATE jobq_job
+SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {PENDING} END,
+    finished_at = CASE WHEN {_ASKED} THEN {NOW} END,
+    key_released = key_released OR {_ASKED},
+    worker_id = CASE WHEN {_ASKED} THEN worker_id END,
+    lease_until = NULL, started_at = NULL, attempts = attempts - 1,
+    run_at = {plus(NOW, "d.delay")}
+FROM (SELECT i.value AS id, json_extract(%(fences)s, '$[' || i.key || ']') AS fence,
+             json_extract(%(delays)s, '$[' || i.key || ']') AS delay FROM json_each(%(ids)s) AS i) AS d
+WHERE jobq_job.id = d.id AND jobq_job.fence = d.fence AND {_OWNED}
+RETURNING id
 """
 
 # release: a stopping worker gives back every job it still holds; the first %(free)s releases of a job
@@ -274,7 +292,7 @@ RETRY_IN_SLOT = f"""
 UPDATE jobq_job
 SET attempts = attempts + 1, fence = fence + 1, started_at = {NOW}, lease_until = {plus(NOW, "%(lease)s")},
     last_error = %(error)s, error_count = error_count + 1, errors = {_error("%(error)s")}
-WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts
+WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts AND NOT {_ASKED}
 RETURNING attempts, fence
 """
 
@@ -314,18 +332,23 @@ DUE_EXISTS = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
 DUE_EXISTS_REST = f"""SELECT EXISTS (SELECT 1 FROM jobq_job
     WHERE status = {PENDING} AND run_at <= {NOW}{_REST_WHERE})"""
 
+# lock_job: SQLite has no row locks (its write lock is the database's): a plain read.
+LOCK_JOB = "SELECT id FROM jobq_job WHERE id = %(id)s"
 JOB_STATE = "SELECT status, worker_id, fence FROM jobq_job WHERE id = %(id)s"
 JOB_ROW = "SELECT * FROM jobq_job WHERE id = %(id)s"
 JOB_TASK = "SELECT task FROM jobq_job WHERE id = %(id)s"
 
 
 def _completed_then_claimed(results: list[Result]) -> Result:
-    """COMPLETE_MANY's ids and the claim's rows as PostgreSQL's one statement gives them: a first
-    column of the completed ids, then the claimed job's columns (one row of NULLs when none)."""
-    completed = [row[0] for row in results[0].rows]
+    """COMPLETE_MANY's rows and the claim's as PostgreSQL's one statement gives them: columns of the
+    ids ended DONE, of those ended CANCELLED and of the busy ones (none here), then the claimed job's
+    columns (one row of NULLs when none)."""
+    completed = [row[0] for row in results[0].rows if row[1] == DONE]
+    cancelled = [row[0] for row in results[0].rows if row[1] != DONE]
     claimed = _in_claim_order(results[1:])
-    rows = [(completed, *row) for row in claimed.rows] or [(completed, *[None] * len(claimed.names))]
-    return Result(["completed", *claimed.names], rows, len(claimed.rows))
+    ended: tuple[list[int], ...] = (completed, cancelled, [])
+    rows = [(*ended, *row) for row in claimed.rows] or [(*ended, *[None] * len(claimed.names))]
+    return Result(["completed", "cancelled", "busy", *claimed.names], rows, len(claimed.rows))
 
 
 # complete_and_claim: the worker's cycle in one write transaction: COMPLETE_MANY, then a claim from one
@@ -340,5 +363,4 @@ COMPLETE_AND_CLAIM_REST_TASK_CAPS = Unsupported("task_caps", "@task(max_running=
 COMPLETE_AND_CLAIM_CAPPED_TASK_CAPS = Unsupported("task_caps", "@task(max_running=...)")
 CAP_LOCK = Unsupported("queue_caps", 'JOBQ["QUEUES"][...]["MAX_RUNNING"]')
 RUNNING_BY_TASK = Unsupported("task_caps", "@task(max_running=...)")
-SNOOZE = Unsupported("task_caps", "@task(max_running=...) and rate-limited tasks")
 WAIT_MARK = Unsupported("wait_for", "Job.objects.wait_for()")

@@ -36,4 +36,5 @@ WHERE worker_id = %(worker_id)s AND stopped_at IS NULL AND last_seen_at > {plus(
 # set_timeouts: SQLite has no statement timeout; the queue's connections get their busy timeout when
 # they open (sqlite_setup), so this statement only checks the connection answers.
 SET_TIMEOUTS = "SELECT %(statement_ms)s, %(lock_ms)s"
+LOCAL_TIMEOUTS = "SELECT %(statement_ms)s, %(lock_ms)s"  # no row locks: nothing to bound
 SET_CHANNELS = "SELECT %(channel)s, %(done_channel)s"  # no NOTIFY on SQLite

@@ -57,7 +57,7 @@ FROM json_each(%(dependents)s) AS d
 _REVIVED = f"""WITH RECURSIVE candidates(id) AS (
     SELECT e.dependent_id FROM jobq_dependency AS e JOIN jobq_job AS w ON w.id = e.dependent_id
     WHERE e.dependency_id IN (SELECT value FROM json_each(%(ids)s)) AND w.status = {CANCELLED}
-      AND w.cancelled_by = 'dependency:' || e.dependency_id
+      AND w.cancelled_by LIKE 'dependency:%%'
     UNION
     SELECT e.dependent_id FROM candidates AS c JOIN jobq_dependency AS e ON e.dependency_id = c.id
     JOIN jobq_job AS w ON w.id = e.dependent_id
