@@ -361,5 +361,6 @@ class Supervisor:
                          self.id, self.plan.max_restarts, self.plan.restart_window)  # fmt: skip
             self._stop("too many restarts", EXIT_RESTART_LIMIT)
         elif verdict.new_step:
-            logger.warning("supervisor %s: crash loop: worker processes end within %gs of starting; next "
-                           "start in %gs", self.id, self.policy.early, verdict.delay)  # fmt: skip
+            logger.warning("supervisor %s: crash loop: %d unplanned exits within %gs, worker processes "
+                           "ending within %gs of starting; next start in %gs", self.id, verdict.recent,
+                           self.plan.restart_window, self.policy.early, verdict.delay)  # fmt: skip

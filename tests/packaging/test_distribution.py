@@ -126,3 +126,21 @@ def test_check_manifest_finds_the_sdist_and_the_committed_files_agree(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_pip_install_of_a_checkout_leaves_nothing_in_it(tmp_path):
+    """pip builds a directory in place: the build backend must leave the checkout as it was (no
+    build/, no *.egg-info). On a clone of what is committed, installed without its dependencies."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the check compares the checkout with what git tracks")
+    clone, site = tmp_path / "clone", tmp_path / "site"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(site), str(clone)],
+        check=True, capture_output=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert (site / "django_jobq" / "py.typed").is_file()
+    left = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored"], cwd=clone, capture_output=True, text=True, check=True
+    )
+    assert left.stdout == ""

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from bench import memory, report
+from bench import memory, readme, report
 from bench.common import QUICK
 from bench.plan import workloads
 from bench.systems import PEERS, SYSTEMS, probe
@@ -74,3 +74,43 @@ def test_a_peer_whose_import_fails_is_skipped_with_the_exception_text():
     reason = probe.importable("bench.work", "bench.no_such_module")
     assert reason is not None
     assert reason.startswith("`import bench.no_such_module` failed: ModuleNotFoundError: ")
+
+
+# -- README.md's figures (bench.readme) --------------------------------------------------------------
+def test_readme_figures_are_docs_benchmarks_latest_results():
+    """README's Throughput and Worker memory rows are docs/benchmark.md's latest full run: after a new
+    run, `python -m bench.readme` copies them."""
+    current = readme.README.read_text(encoding="utf-8")
+    assert readme.update(current, readme.BENCHMARK.read_text(encoding="utf-8")) == current
+
+
+BENCHMARK = """\
+## Latest results
+
+| Workload | django-jobq | procrastinate | django-tasks-db | django-q2 (ORM) | jobq vs best peer |
+|---|---|---|---|---|---|
+| W2 c4 (jobs/s) | 11,292 (11,098-12,219) | 628 (626-634)* | 538 (513-553)*! | 130 (125-136) | 1.98x |
+| W2 c16 (jobs/s) | 17,718 (17,270-18,390) | 800 (789-841)* | 557 (525-576) | error | 2.20x |
+| W3 p50 (ms) | 2.5 (2.1-2.8) | 3.7 (3.5-4.0) | 459 (451-460) | 103 (102-104) | 1.16x |
+| W2 c4 RSS after the drain (MiB) | 58.9 (58.9-58.9) | 39.6 (39.6-39.7)* | — | 370.2 (369.8-370.4) | 0.67x |
+
+* a run stopped at the time limit
+"""
+
+
+def test_readme_rows_take_the_medians_mark_time_limited_drains_and_leave_no_figure_unmeasured():
+    made = readme.rows(readme.results(BENCHMARK))
+    assert made[readme.THROUGHPUT] == (
+        f"{readme.THROUGHPUT} 11,292 / 17,718; 2.5 ms | not measured | not measured | 628† / 800†; 3.7 ms"
+        " | 538† / 557; 459 ms (1 s polling) | not measured |"
+    )
+    assert made[readme.MEMORY] == (
+        f"{readme.MEMORY} 58.9 | not measured | not measured | 39.6† | not measured | 370.2 |"
+    )
+
+
+def test_readme_update_refuses_a_readme_without_its_table_or_rows():
+    with pytest.raises(ValueError, match="no table headed"):
+        readme.update("# README\n", BENCHMARK)
+    with pytest.raises(ValueError, match="0 lines starting"):
+        readme.update(readme.HEADER + "\n", BENCHMARK)

@@ -2,6 +2,7 @@
 gives up, which jobq_worker options it refuses, and the command line of each worker process; no process
 is started."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -12,7 +13,9 @@ from django.core.management.base import CommandError
 
 from django_jobq.management.commands.jobq_worker import Command
 from django_jobq.supervisor import EXIT_RESTART_LIMIT, RestartPolicy, core, memory
+from django_jobq.supervisor.children import Child
 from django_jobq.supervisor.options import plan, worker_argv
+from django_jobq.supervisor.policy import CRASH_LOOP_EXITS
 from django_jobq.worker import EXIT_STUCK
 from tests.conftest import ROOT
 
@@ -29,17 +32,35 @@ def early_exits(policy: RestartPolicy, count: int, now: float = 0.0) -> list:
     return verdicts
 
 
-def test_processes_that_die_young_back_off_exponentially_up_to_the_cap():
+def test_one_process_killed_once_young_is_started_again_at_once_not_a_crash_loop():
+    policy = RestartPolicy(max_restarts=5, window=60)
+    verdict = policy.unplanned_exit(now=3, started_at=1, step_at_start=0)  # e.g. kill -9 2 s after start
+    assert (verdict.recent, verdict.step, verdict.delay, verdict.new_step) == (1, 0, 0, False)
+    assert not verdict.give_up
+    assert policy.may_start(3)
+
+
+def test_processes_that_die_young_back_off_exponentially_up_to_the_cap_once_in_a_crash_loop():
+    assert CRASH_LOOP_EXITS == 3
     policy = RestartPolicy(max_restarts=100, window=60)
-    verdicts = early_exits(policy, 8)
-    assert [v.delay for v in verdicts] == [1, 2, 4, 8, 16, 30, 30, 30]
-    assert [v.step for v in verdicts] == [1, 2, 3, 4, 5, 6, 7, 8]
-    assert all(v.new_step and not v.give_up for v in verdicts)
+    verdicts = early_exits(policy, 10)
+    assert [v.delay for v in verdicts] == [0, 0, 1, 2, 4, 8, 16, 30, 30, 30]
+    assert [v.step for v in verdicts] == [0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert [v.new_step for v in verdicts] == [False, False] + [True] * 8
+    assert not any(v.give_up for v in verdicts)
+
+
+def test_young_exits_spread_wider_than_the_window_are_no_crash_loop():
+    policy = RestartPolicy(max_restarts=100, window=60)
+    verdicts = [policy.unplanned_exit(now=t + 2, started_at=t, step_at_start=0) for t in (0, 40, 80, 120)]
+    assert [(v.recent, v.step, v.delay) for v in verdicts] == [(1, 0, 0), (2, 0, 0), (2, 0, 0), (2, 0, 0)]
 
 
 def test_siblings_dying_of_the_same_cause_move_the_backoff_once():
     policy = RestartPolicy(max_restarts=100, window=60)
-    first = policy.unplanned_exit(now=1.5, started_at=0, step_at_start=0)
+    policy.unplanned_exit(now=1.1, started_at=0, step_at_start=0)
+    policy.unplanned_exit(now=1.2, started_at=0, step_at_start=0)
+    first = policy.unplanned_exit(now=1.5, started_at=0, step_at_start=0)  # the third: a crash loop
     second = policy.unplanned_exit(now=1.8, started_at=0, step_at_start=0)  # started at step 0 too
     assert (first.step, first.new_step, first.delay) == (1, True, 1)
     assert (second.step, second.new_step) == (1, False)
@@ -49,13 +70,48 @@ def test_siblings_dying_of_the_same_cause_move_the_backoff_once():
 
 def test_a_process_that_lived_long_enough_resets_the_backoff():
     policy = RestartPolicy(max_restarts=100, window=60)
-    early_exits(policy, 3)
+    early_exits(policy, 5)
     assert policy.step == 3
     calm = policy.unplanned_exit(now=500, started_at=100, step_at_start=3)
     assert (calm.step, calm.delay, calm.new_step) == (0, 0, False)
     assert policy.may_start(500)
-    again = policy.unplanned_exit(now=502, started_at=501, step_at_start=0)
-    assert (again.step, again.delay) == (1, 1)
+    again = early_exits(policy, 3, now=500)
+    assert [(v.step, v.delay) for v in again] == [(0, 0), (1, 1), (2, 2)]  # 2 and 3 within the window
+
+
+def test_the_log_says_one_unplanned_exit_and_a_start_for_one_kill_and_a_crash_loop_at_the_third(caplog):
+    caplog.set_level(logging.INFO, logger="django_jobq.supervisor")
+    plan = core.Plan(supervisor_id="sup", processes=1, max_restarts=5, restart_window=60)
+    sup = core.Supervisor(plan, lambda worker_id: ["true"], env={})
+
+    def killed_young(now: float) -> Child:
+        """A process that lived 2 s (up to ``now``) and was killed by SIGKILL."""
+        proc = subprocess.Popen(["sh", "-c", "kill -9 $$"])
+        proc.wait()
+        child = Child(f"sup/{next(sup._numbers)}", proc, None, now - 2, sup.policy.step, 0)
+        sup.children.append(child)
+        sup._ended(child, now)
+        return child
+
+    first = killed_young(now=102)
+    sup._fill(102)
+    started = sup.children[-1]  # sup/2, started again at once
+    started.proc.wait()
+    started.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"supervisor sup: worker {first} killed by SIGKILL after 2.0s (crash); "
+        "1 unplanned exit(s) within 60s (--max-restarts 5)",
+        f"supervisor sup: started worker {started}",
+    ]
+    sup.children.remove(started)
+    caplog.clear()
+    killed_young(now=104)
+    assert "crash loop" not in caplog.text
+    killed_young(now=106)
+    assert [r.getMessage() for r in caplog.records if "crash loop" in r.getMessage()] == [
+        "supervisor sup: crash loop: 3 unplanned exits within 60s, worker processes ending within 10s of "
+        "starting; next start in 1s"
+    ]
 
 
 def test_more_than_max_restarts_within_the_window_gives_up_and_older_exits_leave_it():
@@ -77,7 +133,8 @@ def test_max_restarts_0_gives_up_at_the_first_unplanned_exit():
 
 @pytest.mark.parametrize(
     "arguments", [{"max_restarts": -1, "window": 60}, {"max_restarts": 1, "window": 0}, {"max_restarts": 1,
-                  "window": 60, "first": 0}, {"max_restarts": 1, "window": 60, "first": 5, "cap": 1}],
+                  "window": 60, "first": 0}, {"max_restarts": 1, "window": 60, "first": 5, "cap": 1},
+                  {"max_restarts": 1, "window": 60, "loop_exits": 0}],
 )  # fmt: skip
 def test_a_policy_refuses_arguments_that_make_no_sense(arguments):
     with pytest.raises(ValueError):
