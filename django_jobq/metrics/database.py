@@ -125,6 +125,9 @@ class _Read:
     def _run(self) -> None:
         try:
             self.families = self._read()
+        except Exception as exc:  # closing the connection failed, say: still an answer
+            logger.warning("metrics: could not read the queue's figures: %s", exc)
+            self.families = [_up(0)]
         finally:
             self.ended_at = time.monotonic()
             self.in_time = self.ended_at <= self.deadline

@@ -326,3 +326,18 @@ def test_a_pair_that_ran_has_every_counter_at_zero_until_it_counts():
         assert found[(f"jobq_jobs_{name}_total", labels)] == 0, name
     assert found[("jobq_leases_lost_total", labels)] == 0
     assert found[("jobq_rate_limit_refusals_total", labels)] == 0
+
+
+def test_a_read_that_raises_is_database_down_not_an_empty_scrape(settings):
+    from prometheus_client import CollectorRegistry
+
+    from django_jobq.metrics.database import DatabaseCollector
+
+    settings.JOBQ = {**settings.JOBQ, "METRICS_CACHE_SECONDS": 0}
+
+    def read():
+        raise OSError("could not close the connection")
+
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(read))
+    assert registry.get_sample_value("jobq_database_up") == 0
