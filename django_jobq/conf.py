@@ -195,6 +195,7 @@ class JobqSettings:
     metrics_view: str = "off"  # who may read django_jobq.metrics.urls: "off", "staff" or "token"
     metrics_token: str | None = None  # the bearer token of METRICS_VIEW = "token" (at least 16 characters)
     metrics_cache_seconds: float = 5  # the database's figures are read at most this often per process
+    metrics_timeout_seconds: float = 5  # a scrape waits at most this long for the database's figures
 
     def caps(self) -> dict[str, int]:
         """Queue name -> MAX_RUNNING, for the capped queues."""
@@ -302,6 +303,11 @@ class JobqSettings:
         seconds = self.metrics_cache_seconds
         if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds <= 3600:
             raise ConfigurationError('JOBQ["METRICS_CACHE_SECONDS"] must be a number of seconds in [0, 3600]')
+        seconds = self.metrics_timeout_seconds
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0.1 <= seconds <= 60:
+            raise ConfigurationError(
+                'JOBQ["METRICS_TIMEOUT_SECONDS"] must be a number of seconds in [0.1, 60]'
+            )
 
     def _check_connections(self) -> None:
         """DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""

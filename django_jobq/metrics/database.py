@@ -1,19 +1,36 @@
 """The queue's figures read from the database at scrape time, by a few bounded statements (each reads
-a partial index or the catalogue, never the finished history: sql/*/stats.py ACTIVE, PAUSED, HEALTH,
-and WORKERS, the live workers' lanes, at most WORKERS_LIMIT rows),
+a partial index or the catalogue, never the finished history: sql/*/stats.py ACTIVE, QUEUE_ROWS,
+HEALTH, and WORKERS, the live workers' lanes, at most WORKERS_LIMIT rows),
 at most once per JOBQ["METRICS_CACHE_SECONDS"] per process. The same figures on every endpoint that
-serves them: aggregate with max(), never sum()."""
+serves them: aggregate with max(), never sum().
+
+Every queue the figures know of has every per-queue series, zeros included (a rule comparing a figure
+with an hour ago, or a stat panel, needs the zero as much as the count). The known queues, each found
+without reading the finished history: JOBQ["QUEUES"]'s, jobq_queue's rows (queues paused once, or given
+a depth baseline), the recently seen workers' lanes, the queues with PENDING, RUNNING, DEAD or WAITING
+jobs, and on PostgreSQL those the planner's statistics of jobq_job.queue name (the catalogue).
+
+A scrape never waits for the database longer than JOBQ["METRICS_TIMEOUT_SECONDS"]: the figures are read
+on a thread of their own, on a connection of their own, bounded on the client side too (libpq's
+connect timeout, TCP keepalives and tcp_user_timeout, so a link that stops forwarding ends the
+connection) and on the server side (statement and lock timeouts). A scrape that does not get them in
+time answers at once with jobq_database_up 0; concurrent scrapes share one read and wait for it no
+longer than its deadline. A read that missed its deadline is left to end on its own (its connection is
+closed then, never reused, its figures dropped); until it ends, scrapes answer jobq_database_up 0 at
+once and no other read starts, so a hung link holds at most one thread and one connection."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -40,13 +57,15 @@ FAMILIES = (
 
 
 class DatabaseCollector(Collector):
-    """Collects FAMILIES; jobq_database_up is 0 when the figures could not be read (the others are left
-    out, the scrape stands)."""
+    """Collects FAMILIES; jobq_database_up is 0 when the figures could not be read in time (the others
+    are left out, the scrape stands)."""
 
-    def __init__(self) -> None:
+    def __init__(self, read: Callable[[], list[GaugeMetricFamily]] | None = None) -> None:
+        self._read = read or read_figures  # the figures, on the reading thread
         self._lock = threading.Lock()
-        self._read_at = -float("inf")
+        self._read_at = -float("inf")  # time.monotonic() when the cached figures were read
         self._families: list[GaugeMetricFamily] = []
+        self._reading: _Read | None = None  # the read in progress (or ended, not yet looked at)
 
     def forget(self) -> None:
         """Read the database again at the next scrape, whatever the cache's age."""
@@ -57,106 +76,197 @@ class DatabaseCollector(Collector):
         return []  # the families depend on what the database holds: never collected at registration
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        with self._lock:  # concurrent scrapes share one read
-            if time.monotonic() - self._read_at >= jobq_settings().metrics_cache_seconds:
-                self._families = self._read()
-                self._read_at = time.monotonic()
-            families = list(self._families)
-        yield from families
+        yield from self._current()
 
-    def _read(self) -> list[GaugeMetricFamily]:
-        up = GaugeMetricFamily("jobq_database_up", "1 when the queue's figures were read from the database.")
-        try:
-            families = self._figures()
-        except Exception as exc:  # a scrape never fails: the target says the database is not answering
-            logger.warning("metrics: could not read the queue's figures: %s", exc)
-            up.add_metric([], 0)
-            return [up]
-        finally:  # a scrape may come on a thread of its own (the metrics server's): leave no connection open
-            connection = connections[jobq_settings().database]
-            if not connection.in_atomic_block:
-                connection.close()
-        up.add_metric([], 1)
-        return [up, *families]
-
-    def _figures(self) -> list[GaugeMetricFamily]:
+    def _current(self) -> list[GaugeMetricFamily]:
         conf = jobq_settings()
-        connection = connections[conf.database]
-        engine = engine_of(connection)
-        params = {"now": timezone.now() if conf.clock == "python" else None}
-
-        def run(statement: str, **extra: Any) -> list[tuple[Any, ...]]:
-            return engine.run(connection, statement, {**params, **extra}).rows
-
-        jobs = GaugeMetricFamily("jobq_queue_jobs", "Jobs per queue and state (PENDING, RUNNING, DEAD, WAITING).",
-                                 labels=("queue", "state"))  # fmt: skip
-        due = GaugeMetricFamily(
-            "jobq_queue_due_jobs", "PENDING jobs whose run_at has come.", labels=("queue",)
-        )
-        expired = GaugeMetricFamily(
-            "jobq_queue_expired_leases", "RUNNING jobs whose lease has expired (the reaper will take them).",
-            labels=("queue",),
-        )  # fmt: skip
-        lag = GaugeMetricFamily(
-            "jobq_queue_lag_seconds", "Age of the oldest due PENDING job (0: none due).", labels=("queue",)
-        )
-        now = engine.text_time(run(engine.stats.DONE_ESTIMATE)[0][0])
-        due_by_queue: dict[str, int] = {}
-        for status, queue, count, flagged, oldest in run(engine.stats.ACTIVE):
-            jobs.add_metric([queue, STATES[JobStatus(status)]], count)
-            if status == JobStatus.PENDING:
-                due_by_queue[queue] = flagged
-                due.add_metric([queue], flagged)
-                oldest = engine.text_time(oldest)
-                age = 0.0 if oldest is None or now is None else max(0.0, (now - oldest).total_seconds())
-                lag.add_metric([queue], age)
-            elif status == JobStatus.RUNNING:
-                expired.add_metric([queue], flagged)
-        paused = GaugeMetricFamily("jobq_queue_paused", "1 for a paused queue.", labels=("queue",))
-        paused_queues = {queue for queue, *_ in run(engine.stats.PAUSED)}
-        for queue in paused_queues:
-            paused.add_metric([queue], 1)
-        alive_for = ALIVE_HEARTBEATS * conf.heartbeat_seconds
-        served = _served(run(engine.stats.WORKERS, recent=alive_for, limit=WORKERS_LIMIT))
-        unserved = GaugeMetricFamily(
-            "jobq_queue_unserved",
-            "1 for a queue with due jobs that no live worker's lanes serve (a paused queue is 0).",
-            labels=("queue",),
-        )
-        for queue, flagged in due_by_queue.items():
-            gone = flagged > 0 and queue not in paused_queues and "*" not in served and queue not in served
-            unserved.add_metric([queue], int(gone))
-        workers, reaper_left, table_bytes, index_bytes, oldest_xact = run(
-            engine.stats.HEALTH, alive=alive_for
-        )[0]
-        alive = GaugeMetricFamily("jobq_workers_alive", "Worker processes with a recent heartbeat.")
-        alive.add_metric([], workers)
-        families = [jobs, due, expired, lag, paused, unserved, alive]
-        if reaper_left is not None:
-            reaper = GaugeMetricFamily(
-                "jobq_reaper_lease_seconds_left",
-                "Seconds left on the reaper's lease (negative: no reaper holds it).",
+        with self._lock:
+            self._settle()
+            if self._reading is None:
+                if time.monotonic() - self._read_at < conf.metrics_cache_seconds:
+                    return list(self._families)
+                self._reading = _Read(self._read, conf.metrics_timeout_seconds)
+            reading = self._reading
+        reading.done.wait(max(0.0, reading.deadline - time.monotonic()))
+        with self._lock:
+            self._settle()
+            if reading.in_time:
+                return list(reading.families)
+            first, reading.reported = not reading.reported, True
+        if first:
+            logger.warning(
+                "metrics: the database did not answer within %s s (JOBQ['METRICS_TIMEOUT_SECONDS'])",
+                conf.metrics_timeout_seconds,
             )
-            reaper.add_metric([], reaper_left)
-            families.append(reaper)
-        if table_bytes is not None:
-            size = GaugeMetricFamily("jobq_table_bytes", "Size of jobq_job on disk.", labels=("part",))
-            size.add_metric(["table"], table_bytes)
-            size.add_metric(["indexes"], index_bytes)
-            oldest = GaugeMetricFamily(
-                "jobq_oldest_transaction_seconds",
-                "Age of the oldest other transaction on the database holding back vacuum (0: none).",
-            )
-            oldest.add_metric([], oldest_xact or 0.0)
-            families += [size, oldest]
-        return families
+        return [_up(0)]
+
+    def _settle(self) -> None:
+        """Under the lock: an ended read's figures become the cache (dropped when it ended too late)."""
+        reading = self._reading
+        if reading is not None and reading.done.is_set():
+            self._reading = None
+            if reading.in_time:
+                self._families, self._read_at = reading.families, reading.ended_at
 
 
-def _served(workers: list[tuple[Any, ...]]) -> set[str]:
-    """The queues the lanes of the live (not stopped) workers name; "*" when one serves every queue."""
+class _Read:
+    """One read of the figures, on a daemon thread of its own, started at once."""
+
+    def __init__(self, read: Callable[[], list[GaugeMetricFamily]], timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.done = threading.Event()
+        self.families: list[GaugeMetricFamily] = []
+        self.ended_at = 0.0
+        self.in_time = False  # ended by its deadline (set before done)
+        self.reported = False  # a scrape logged that it missed its deadline
+        self._read = read
+        threading.Thread(target=self._run, name="jobq-metrics-read", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.families = self._read()
+        except Exception as exc:  # closing the connection failed, say: still an answer
+            logger.warning("metrics: could not read the queue's figures: %s", exc)
+            self.families = [_up(0)]
+        finally:
+            self.ended_at = time.monotonic()
+            self.in_time = self.ended_at <= self.deadline
+            self.done.set()
+
+
+def _up(value: int) -> GaugeMetricFamily:
+    up = GaugeMetricFamily("jobq_database_up", "1 when the queue's figures were read from the database.")
+    up.add_metric([], value)
+    return up
+
+
+def read_figures() -> list[GaugeMetricFamily]:
+    """The figures, read on a connection opened for this read and closed after it; jobq_database_up 0
+    alone when they could not be read."""
+    conf = jobq_settings()
+    wrapper = reading_connection(conf.database, conf.metrics_timeout_seconds)
+    try:
+        if conf.pool_mode != "transaction":  # no session settings through a transaction pooler
+            timeout = conf.metrics_timeout_seconds
+            engine_of(wrapper).set_timeouts(wrapper, timeout, min(conf.lock_timeout, timeout))
+        families = _figures(wrapper)
+    except Exception as exc:  # a scrape never fails: the target says the database is not answering
+        logger.warning("metrics: could not read the queue's figures: %s", exc)
+        return [_up(0)]
+    finally:
+        wrapper.close()
+    return [_up(1), *families]
+
+
+def reading_connection(alias: str, timeout: float) -> BaseDatabaseWrapper:
+    """A connection of its own to ``alias`` (not the thread's, never pooled), which on PostgreSQL gives
+    up on an unreachable server after ``timeout`` (at least libpq's 2 s), and on a link that stops
+    answering: keepalives probe an idle wait after ``timeout`` seconds, tcp_user_timeout ends the
+    connection when sent data stays unacknowledged as long. The alias's own OPTIONS win."""
+    wrapper = connections.create_connection(alias)
+    if wrapper.vendor == "postgresql":
+        seconds = max(2, math.ceil(timeout))
+        options = {k: v for k, v in wrapper.settings_dict.get("OPTIONS", {}).items() if k != "pool"}
+        bounds = {
+            "connect_timeout": seconds, "keepalives": 1, "keepalives_idle": seconds,
+            "keepalives_interval": 1, "keepalives_count": 3, "tcp_user_timeout": int(timeout * 1000),
+        }  # fmt: skip
+        wrapper.settings_dict = {**wrapper.settings_dict, "OPTIONS": {**bounds, **options}}
+    return wrapper
+
+
+def _figures(connection: BaseDatabaseWrapper) -> list[GaugeMetricFamily]:
+    conf = jobq_settings()
+    engine = engine_of(connection)
+    params = {"now": timezone.now() if conf.clock == "python" else None}
+
+    def run(statement: str, **extra: Any) -> list[tuple[Any, ...]]:
+        return engine.run(connection, statement, {**params, **extra}).rows
+
+    clock = run(engine.stats.DONE_ESTIMATE)  # the clock, and the queues the planner's statistics name
+    now = engine.text_time(clock[0][0])
+    active = run(engine.stats.ACTIVE)
+    rows = run(engine.stats.QUEUE_ROWS)
+    alive_for = ALIVE_HEARTBEATS * conf.heartbeat_seconds
+    workers = run(engine.stats.WORKERS, recent=alive_for, limit=WORKERS_LIMIT)
+    workers_alive, reaper_left, table_bytes, index_bytes, oldest_xact = run(
+        engine.stats.HEALTH, alive=alive_for
+    )[0]
+    queues = (
+        set(conf.queues)
+        | {row[2] for row in clock if row[2] is not None}
+        | {queue for queue, _ in rows}
+        | (_lanes(workers, live_only=False) - {"*"})
+        | {queue for _, queue, *_ in active}
+    )
+    counts = {(queue, state): 0 for queue in queues for state in STATES.values()}
+    due = dict.fromkeys(queues, 0)
+    lag = dict.fromkeys(queues, 0.0)
+    expired = dict.fromkeys(queues, 0)
+    for status, queue, count, flagged, oldest in active:
+        counts[queue, STATES[JobStatus(status)]] = count
+        if status == JobStatus.PENDING:
+            due[queue] = flagged
+            oldest = engine.text_time(oldest)
+            lag[queue] = 0.0 if oldest is None or now is None else max(0.0, (now - oldest).total_seconds())
+        elif status == JobStatus.RUNNING:
+            expired[queue] = flagged
+    paused = {queue for queue, is_paused in rows if is_paused}
+    served = _lanes(workers, live_only=True)
+    unserved = {
+        q for q, n in due.items() if n > 0 and q not in paused and "*" not in served and q not in served
+    }
+
+    def per_queue(name: str, help_text: str, values: dict[str, Any]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, help_text, labels=("queue",))
+        for queue in sorted(values):
+            family.add_metric([queue], values[queue])
+        return family
+
+    jobs = GaugeMetricFamily("jobq_queue_jobs", "Jobs per queue and state (PENDING, RUNNING, DEAD, WAITING).",
+                             labels=("queue", "state"))  # fmt: skip
+    for (queue, state), count in sorted(counts.items()):
+        jobs.add_metric([queue, state], count)
+    alive = GaugeMetricFamily("jobq_workers_alive", "Worker processes with a recent heartbeat.")
+    alive.add_metric([], workers_alive)
+    families = [
+        jobs,
+        per_queue("jobq_queue_due_jobs", "PENDING jobs whose run_at has come.", due),
+        per_queue("jobq_queue_expired_leases",
+                  "RUNNING jobs whose lease has expired (the reaper will take them).", expired),
+        per_queue("jobq_queue_lag_seconds", "Age of the oldest due PENDING job (0: none due).", lag),
+        per_queue("jobq_queue_paused", "1 for a paused queue.", {q: int(q in paused) for q in queues}),
+        per_queue("jobq_queue_unserved",
+                  "1 for a queue with due jobs that no live worker's lanes serve (a paused queue is 0).",
+                  {q: int(q in unserved) for q in queues}),
+        alive,
+    ]  # fmt: skip
+    if reaper_left is not None:
+        reaper = GaugeMetricFamily(
+            "jobq_reaper_lease_seconds_left",
+            "Seconds left on the reaper's lease (negative: no reaper holds it).",
+        )
+        reaper.add_metric([], reaper_left)
+        families.append(reaper)
+    if table_bytes is not None:
+        size = GaugeMetricFamily("jobq_table_bytes", "Size of jobq_job on disk.", labels=("part",))
+        size.add_metric(["table"], table_bytes)
+        size.add_metric(["indexes"], index_bytes)
+        oldest_family = GaugeMetricFamily(
+            "jobq_oldest_transaction_seconds",
+            "Age of the oldest other transaction on the database holding back vacuum (0: none).",
+        )
+        oldest_family.add_metric([], oldest_xact or 0.0)
+        families += [size, oldest_family]
+    return families
+
+
+def _lanes(workers: list[tuple[Any, ...]], *, live_only: bool) -> set[str]:
+    """The queues the lanes of the recently seen workers name (of those not stopped, with
+    ``live_only``); "*" among them when one serves every queue."""
     served: set[str] = set()
     for row in workers:
         lanes, stopped = row[3], row[8]
-        if stopped is None:
+        if stopped is None or not live_only:
             served |= set(json.loads(lanes) if isinstance(lanes, str) else lanes or {})
     return served

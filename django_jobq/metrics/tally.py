@@ -89,12 +89,14 @@ class Tally(Collector):
         return counts, histograms
 
     def collect(self) -> Iterator[Any]:
+        """Every counter has every (queue, task) pair any of them counted, 0 included: a rate or an
+        increase sees a pair's first event only when the pair was there at 0 before it."""
         counts, histograms = self._summed()
+        pairs = sorted({(queue, task) for _, queue, task in counts})
         for name, documentation in self.counters.items():
             counter = CounterMetricFamily(name, documentation, labels=self.labels)
-            for (metric, queue, task), value in sorted(counts.items()):
-                if metric == name:
-                    counter.add_metric([queue, task], value)
+            for queue, task in pairs:
+                counter.add_metric([queue, task], counts.get((name, queue, task), 0))
             yield counter
         bounds = [floatToGoString(b) for b in self.buckets] + ["+Inf"]  # type: ignore[no-untyped-call]
         for name, documentation in self.histograms_help.items():

@@ -8,7 +8,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_jobq import metrics
 from django_jobq.models import Job
 
-pytestmark = [pytest.mark.contract, pytest.mark.django_db]
+pytestmark = [
+    pytest.mark.contract,
+    pytest.mark.django_db(transaction=True),
+]  # read on a connection of its own
 
 
 def test_the_database_figures():

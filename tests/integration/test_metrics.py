@@ -4,13 +4,15 @@ the table at a bounded cost, and the Django view's access rules."""
 import datetime as dt
 import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.request
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
+from django.db import connection, connections
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,8 +21,9 @@ from django_jobq import metrics
 from django_jobq.metrics import worker as worker_metrics
 from django_jobq.models import Job, JobStatus, WorkerRecord
 from django_jobq.worker import Worker
-from tests.conftest import start_worker, wait_until
+from tests.conftest import ROOT, child_env, start_worker, wait_until
 from tests.integration.conftest import dead_job, make_job, running_job
+from tests.servers.proxy import PausableProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_facing]
 
@@ -48,6 +51,22 @@ def fresh_figures(settings):
     collector.forget()
     yield collector
     collector.forget()
+
+
+@pytest.fixture
+def read_statements():
+    """The statements the figures' reads ran, each read on a connection of its own: the query log of
+    every connection opened meanwhile."""
+    opened = []
+
+    def created(sender, connection, **kwargs):
+        if connection is not connections[connection.alias]:  # not a thread's own (this test's)
+            connection.force_debug_cursor = True
+            opened.append(connection)
+
+    connection_created.connect(created)
+    yield lambda: [query["sql"] for each in opened for query in each.queries_log]
+    connection_created.disconnect(created)
 
 
 @pytest.mark.p1
@@ -97,8 +116,10 @@ def test_a_real_worker_draining_three_tasks_is_counted_as_the_table_says(fresh_f
 
 
 @pytest.mark.p1
-@pytest.mark.django_db
-def test_the_database_figures_agree_with_the_table_and_cost_five_statements(fresh_figures, settings):
+@pytest.mark.django_db(transaction=True)
+def test_the_database_figures_agree_with_the_table_and_cost_five_statements(
+    fresh_figures, settings, read_statements
+):
     settings.JOBQ = {**settings.JOBQ, "METRICS_CACHE_SECONDS": 60}
     now = timezone.now()
     make_job(queue="emails", run_at=now - dt.timedelta(seconds=120))
@@ -110,13 +131,11 @@ def test_the_database_figures_agree_with_the_table_and_cost_five_statements(fres
     WorkerRecord.objects.create(worker_id="h:1", hostname="h", pid=1, lanes={"emails": 2})
     WorkerRecord.objects.create(worker_id="h:2", hostname="h", pid=2, lanes={}, stopped_at=now)
     Job.objects.acquire_lease("reaper", "me", 30)
-    with CaptureQueriesContext(connection) as queries:
-        found = samples()
-    # the clock, ACTIVE, PAUSED, the live workers' lanes, HEALTH: whatever the table holds
-    assert len(queries.captured_queries) == 5
-    with CaptureQueriesContext(connection) as queries:
-        samples()
-    assert not queries.captured_queries  # inside METRICS_CACHE_SECONDS: read once
+    found = samples()
+    # the clock, ACTIVE, QUEUE_ROWS, the live workers' lanes, HEALTH: whatever the table holds
+    assert len(read_statements()) == 5
+    samples()
+    assert len(read_statements()) == 5  # inside METRICS_CACHE_SECONDS: read once
     for queue in ("emails", "reports"):
         counts = Job.objects.counts(queue)
         for state in ("pending", "running", "dead"):
@@ -139,7 +158,46 @@ def test_the_database_figures_agree_with_the_table_and_cost_five_statements(fres
     )
 
 
-@pytest.mark.django_db
+PER_QUEUE = ("jobq_queue_due_jobs", "jobq_queue_lag_seconds", "jobq_queue_expired_leases",
+             "jobq_queue_paused", "jobq_queue_unserved")  # fmt: skip
+STATES = ("pending", "running", "dead", "waiting")
+
+
+@pytest.mark.p1
+@pytest.mark.django_db(transaction=True)
+def test_every_known_queue_has_every_series_zeros_included(fresh_figures, settings):
+    """A queue is known from JOBQ["QUEUES"], jobq_queue's rows, a live worker's lanes, its active jobs
+    or the planner's statistics; each has jobq_queue_jobs for every state and every per-queue family,
+    0 where nothing is there (a rule comparing with an hour ago, a stat panel, need the zero)."""
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"configured": {"MAX_RUNNING": 2}}}
+    now = timezone.now()
+    Job.objects.pause_queue("resumed")
+    Job.objects.resume_queue("resumed")  # a row in jobq_queue, not paused
+    WorkerRecord.objects.create(worker_id="h:1", hostname="h", pid=1, lanes={"laned": 1, "*": 1})
+    make_job(queue="future", run_at=now + dt.timedelta(hours=1))  # pending, nothing due
+    dead_job(queue="deadonly")
+    for _ in range(3):  # only in the finished history (a value ANALYZE saw more than once)
+        make_job(queue="history", status=JobStatus.DONE, finished_at=now)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobq_job")  # the planner's statistics name it
+    found = samples()
+    known = {"configured", "resumed", "laned", "future", "deadonly", "history"}
+    for queue in known:
+        for state in STATES:
+            assert ("jobq_queue_jobs", (("queue", queue), ("state", state))) in found, (queue, state)
+        for name in PER_QUEUE:
+            assert (name, (("queue", queue),)) in found, (name, queue)
+    assert not [key for key in found if dict(key[1]).get("queue") == "*"]  # a lane, not a queue
+    nonzero = {
+        key: value for key, value in found.items() if key[0] in (*PER_QUEUE, "jobq_queue_jobs") and value
+    }
+    assert nonzero == {
+        ("jobq_queue_jobs", (("queue", "future"), ("state", "pending"))): 1,
+        ("jobq_queue_jobs", (("queue", "deadonly"), ("state", "dead"))): 1,
+    }
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_queue_with_due_jobs_and_no_live_worker_serving_it_is_unserved(fresh_figures):
     now = timezone.now()
     for queue in ("emails", "reports", "paused", "later"):
@@ -168,10 +226,10 @@ def test_a_queue_with_due_jobs_and_no_live_worker_serving_it_is_unserved(fresh_f
 def test_a_database_that_does_not_answer_is_a_figure_not_a_failed_scrape(fresh_figures, monkeypatch):
     from django_jobq.metrics import database
 
-    def broken(self):
+    def broken(connection):
         raise RuntimeError("connection refused")
 
-    monkeypatch.setattr(database.DatabaseCollector, "_figures", broken)
+    monkeypatch.setattr(database, "_figures", broken)
     found = samples()
     assert of(found, "jobq_database_up") == 0
     assert not [key for key in found if key[0] == "jobq_queue_jobs"]
@@ -191,7 +249,7 @@ def test_the_view_is_off_by_default(client, admin_client, metrics_urls):
 
 
 @pytest.mark.p1
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_the_view_for_staff(client, admin_client, staff, settings, metrics_urls, fresh_figures):
     settings.JOBQ = {**settings.JOBQ, "METRICS_VIEW": "staff"}
     Job.objects.enqueue("test.echo", queue="viewq")
@@ -223,8 +281,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def scrape(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+def scrape(port: int, timeout: float = 5) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as response:
         text = response.read().decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -302,3 +360,60 @@ def test_a_transaction_left_open_is_the_oldest_transactions_age(fresh_figures):
         fresh_figures.forget()
         assert of(samples(), "jobq_oldest_transaction_seconds") >= 0.3
         holder.rollback()
+
+
+@pytest.mark.slow
+@pytest.mark.p1
+@pytest.mark.django_db(transaction=True)
+def test_a_scrape_through_a_link_that_stops_forwarding_answers_database_down_then_up_again(tmp_path):
+    """jobq_reap --metrics-db reaches PostgreSQL through a proxy that stops forwarding (no reset, no
+    close), JOBQ["METRICS_TIMEOUT_SECONDS"] 1, no cache. Every scrape during the cut, four at once
+    among them, is answered (within the generous wait given here, 20 times the timeout) with
+    jobq_database_up 0 and no other figure; once the link forwards again, up is 1."""
+    Job.objects.enqueue("test.echo", queue="linked")
+    db = connection.settings_dict
+    target = (db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432))
+    port, log = free_port(), tmp_path / "reap.log"
+    with PausableProxy(target) as proxy, log.open("w") as stderr:
+        url = f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{proxy.port}/{db['NAME']}"
+        env = child_env(DATABASE_URL=url, JOBQ_METRICS_TIMEOUT_SECONDS="1", JOBQ_METRICS_CACHE_SECONDS="0")
+        reaper = subprocess.Popen(
+            [sys.executable, "-m", "django", "jobq_reap", "--interval", "0.5", "--metrics-port", str(port),
+             "--metrics-addr", "127.0.0.1", "--metrics-db"],
+            env=env, cwd=ROOT, stderr=stderr, text=True,
+        )  # fmt: skip
+
+        def figures() -> dict | None:
+            try:
+                return scrape(port, timeout=20)
+            except OSError:  # not listening yet
+                return None
+
+        try:
+            found = wait_until(lambda: (f := figures()) and of(f, "jobq_database_up") == 1 and f,
+                               message="the figures through the proxy")  # fmt: skip
+            assert of(found, "jobq_queue_jobs", queue="linked", state="pending") == 1
+            proxy.pause()
+            answers: list[dict] = []
+            scrapes = [
+                threading.Thread(target=lambda: answers.append(scrape(port, timeout=20))) for _ in range(4)
+            ]
+            for each in scrapes:
+                each.start()
+            answers.append(scrape(port, timeout=20))
+            for each in scrapes:
+                each.join()
+            answers.append(scrape(port, timeout=20))  # a read still hangs on the link: answered all the same
+            assert len(answers) == 6
+            for found in answers:
+                assert of(found, "jobq_database_up") == 0
+                assert not [key for key in found if key[0] == "jobq_queue_jobs"]
+            proxy.resume()
+            found = wait_until(lambda: (f := scrape(port, timeout=20)) and of(f, "jobq_database_up") == 1 and f,
+                               message="the figures again once the link forwards")  # fmt: skip
+            assert of(found, "jobq_queue_jobs", queue="linked", state="pending") == 1
+        finally:
+            proxy.resume()
+            reaper.terminate()
+            assert reaper.wait(timeout=30) == 0
+    assert "the database did not answer within 1.0 s" in log.read_text()

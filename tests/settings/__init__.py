@@ -63,9 +63,9 @@ if "JOBQ_CLAIM_AHEAD" in env:  # otherwise the default, as shipped
     JOBQ["CLAIM_AHEAD"] = env.int("JOBQ_CLAIM_AHEAD")
 for _key in (
     "DONE_RETENTION_SECONDS", "DEAD_RETENTION_SECONDS", "REAP_INTERVAL", "SCHEDULE_GRACE_SECONDS",
-    "UNKNOWN_TASK_GRACE",
+    "METRICS_CACHE_SECONDS", "METRICS_TIMEOUT_SECONDS", "UNKNOWN_TASK_GRACE",
 ):  # fmt: skip
-    if f"JOBQ_{_key}" in env:  # the reliability tests prune within seconds, widen a grace
+    if f"JOBQ_{_key}" in env:  # the reliability tests prune within seconds, widen a grace; metrics bounds
         JOBQ[_key] = env.float(f"JOBQ_{_key}")
 LOGGING = {
     "version": 1,

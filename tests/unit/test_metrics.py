@@ -14,6 +14,7 @@ from django_jobq.conf import JobqSettings
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.metrics import REGISTRY, serve
 from django_jobq.metrics import worker as metrics
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -162,6 +163,9 @@ def test_the_endpoint_serves_the_registry():
         {"METRICS_CACHE_SECONDS": -1},
         {"METRICS_CACHE_SECONDS": float("nan")},
         {"METRICS_CACHE_SECONDS": True},
+        {"METRICS_TIMEOUT_SECONDS": 0},
+        {"METRICS_TIMEOUT_SECONDS": 61},
+        {"METRICS_TIMEOUT_SECONDS": "5"},
     ],
 )
 def test_bad_metrics_settings_are_refused(raw):
@@ -171,7 +175,7 @@ def test_bad_metrics_settings_are_refused(raw):
 
 def test_good_metrics_settings():
     conf = JobqSettings.from_dict({"METRICS_VIEW": "token", "METRICS_TOKEN": "s3cret-s3cret-s3cret"})
-    assert (conf.metrics_view, conf.metrics_cache_seconds) == ("token", 5)
+    assert (conf.metrics_view, conf.metrics_cache_seconds, conf.metrics_timeout_seconds) == ("token", 5, 5)
     assert JobqSettings.from_dict({}).metrics_view == "off"
 
 
@@ -230,3 +234,110 @@ def test_a_receiver_hooked_by_django_jobq_that_raises_is_logged_and_the_others_s
         )
     assert seen == [3]
     assert [r.getMessage() for r in caplog.records].count(f"signal receiver {broken!r} raised") == 1
+
+
+def test_scrapes_share_one_read_and_none_waits_past_its_deadline(settings):
+    """A read that hangs (a link that stopped forwarding): the scrapes that came during it answer
+    jobq_database_up 0 once its deadline passed, those after it at once, and none starts another read
+    while it is out. Once it ends, its late figures are dropped and the next scrape reads again."""
+    import threading
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
+
+    from django_jobq.metrics.database import DatabaseCollector
+
+    settings.JOBQ = {**settings.JOBQ, "METRICS_TIMEOUT_SECONDS": 0.2, "METRICS_CACHE_SECONDS": 0}
+    link, reads = threading.Event(), []
+
+    def read() -> list[GaugeMetricFamily]:
+        reads.append(len(reads) + 1)
+        link.wait(60)
+        up = GaugeMetricFamily("jobq_database_up", "up")
+        up.add_metric([], 1)
+        depth = GaugeMetricFamily("jobq_queue_jobs", "jobs", labels=("queue", "state"))
+        depth.add_metric(["q", "pending"], len(reads))
+        return [up, depth]
+
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(read))
+
+    def scrape() -> dict:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in family.samples
+        }
+
+    answers: list[dict] = []
+    scrapes = [threading.Thread(target=lambda: answers.append(scrape())) for _ in range(4)]
+    for each in scrapes:
+        each.start()
+    for each in scrapes:
+        each.join()
+    answers.append(scrape())  # after the deadline, the read still out
+    assert answers == [{("jobq_database_up", ()): 0}] * 5
+    assert reads == [1]
+    link.set()  # the link forwards again: the hung read ends, late (until then, up 0 at once)
+    found = wait_until(lambda: (f := scrape())[("jobq_database_up", ())] == 1 and f, message="up again")
+    assert reads == [1, 2]  # its figures dropped, read again
+    assert (
+        found[("jobq_database_up", ())] == 1
+        and found[("jobq_queue_jobs", (("queue", "q"), ("state", "pending")))] == 2
+    )
+
+
+def test_the_figures_connection_is_bounded_on_the_client_side_and_the_alias_options_win(settings):
+    """Each read opens a connection of its own (never pooled), with libpq's connect timeout, TCP
+    keepalives and tcp_user_timeout from JOBQ["METRICS_TIMEOUT_SECONDS"], unless the alias sets them."""
+    from django.db import connections
+
+    from django_jobq.metrics.database import reading_connection
+
+    options = connections["default"].settings_dict.setdefault("OPTIONS", {})
+    params = reading_connection("default", 0.5).get_connection_params()
+    assert {k: params[k] for k in ("connect_timeout", "keepalives", "keepalives_idle", "tcp_user_timeout")} == {
+        "connect_timeout": 2, "keepalives": 1, "keepalives_idle": 2, "tcp_user_timeout": 500,
+    }  # fmt: skip
+    saved = dict(options)
+    options.update(connect_timeout=9, pool=True)
+    try:
+        wrapper = reading_connection("default", 7.5)
+        assert wrapper is not connections["default"] and not wrapper.pool
+        params = wrapper.get_connection_params()
+        assert (params["connect_timeout"], params["keepalives_idle"], params["tcp_user_timeout"]) == (
+            9,
+            8,
+            7500,
+        )
+    finally:
+        options.clear()
+        options.update(saved)
+
+
+def test_a_pair_that_ran_has_every_counter_at_zero_until_it_counts():
+    """jobq_leases_lost_total and the other counters of a (queue, task) that started a run are there at
+    0, so the first lost lease (or dead run) is an increase, not a series that appears at 1."""
+    signals.send(signals.job_started, job=job(task="t.zero", queue="zeroq"), worker_id="w")
+    found = scraped()
+    labels = (("queue", "zeroq"), ("task", "t.zero"))
+    assert found[("jobq_jobs_started_total", labels)] == 1
+    for name in ("succeeded", "retried", "dead", "cancelled", "snoozed"):
+        assert found[(f"jobq_jobs_{name}_total", labels)] == 0, name
+    assert found[("jobq_leases_lost_total", labels)] == 0
+    assert found[("jobq_rate_limit_refusals_total", labels)] == 0
+
+
+def test_a_read_that_raises_is_database_down_not_an_empty_scrape(settings):
+    from prometheus_client import CollectorRegistry
+
+    from django_jobq.metrics.database import DatabaseCollector
+
+    settings.JOBQ = {**settings.JOBQ, "METRICS_CACHE_SECONDS": 0}
+
+    def read():
+        raise OSError("could not close the connection")
+
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(read))
+    assert registry.get_sample_value("jobq_database_up") == 0

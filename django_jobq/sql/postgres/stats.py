@@ -174,6 +174,10 @@ PAUSED = """
 SELECT name, changed_at, changed_by FROM jobq_queue WHERE paused ORDER BY name
 """
 
+# queue_rows: every queue jobq_queue has a row for (paused once, or given a depth baseline: a handful),
+# and whether it is paused now; for the metrics, which report every queue they know of. Read-only.
+QUEUE_ROWS = "SELECT name, paused FROM jobq_queue"
+
 # The exception class named by the last line of an error text (dashboard.ExceptionClass, a Func
 # template): the last line (split_part with a negative index, PostgreSQL 14+), then what precedes its
 # first colon.

@@ -96,6 +96,8 @@ RETURNING id, task, status
 
 PAUSED = "SELECT name, changed_at, changed_by FROM jobq_queue WHERE paused ORDER BY name"
 
+QUEUE_ROWS = "SELECT name, paused FROM jobq_queue"
+
 # The exception class named by the last line of an error text (dashboard.ExceptionClass), computed by
 # a function django-jobq registers on the queue's SQLite connections (sqlite_setup).
 EXCEPTION_CLASS = "jobq_exception_class(%(expressions)s)"
