@@ -95,9 +95,12 @@ class ConsumerManager(CapManager):
         params = {"worker_id": worker_id, "ids": ids, "fences": fences, "results": results}
         rows = self._execute(self._sql().COMPLETE_MANY, params)
         return Written(
-            done=frozenset(i for i, status in rows if status == JobStatus.DONE),
-            cancelled=frozenset(i for i, status in rows if status is not None and status != JobStatus.DONE),
-            busy=frozenset(i for i, status in rows if status is None),
+            done=frozenset(i for i, status, _ in rows if status == JobStatus.DONE),
+            cancelled=frozenset(
+                i for i, status, _ in rows if status is not None and status != JobStatus.DONE
+            ),
+            busy=frozenset(i for i, status, _ in rows if status is None),
+            settled=any(bool(waited_on) for _, status, waited_on in rows if status is not None),
         )
 
     def complete_and_claim(
@@ -179,9 +182,12 @@ class ConsumerManager(CapManager):
         (held_back, of the _TASK_CAPS statements; else 0)."""
         result = self._run(statement, params)
         first = result.rows[0]
-        written = Written(done=frozenset(first[0]), cancelled=frozenset(first[1]), busy=frozenset(first[2]))
-        skip = 4 if result.names[3] == "held_back" else 3
-        held_back = int(first[3]) if skip == 4 else 0
+        written = Written(
+            done=frozenset(first[0]), cancelled=frozenset(first[1]), busy=frozenset(first[2]),
+            settled=bool(first[3]),
+        )  # fmt: skip
+        skip = 5 if result.names[4] == "held_back" else 4
+        held_back = int(first[4]) if skip == 5 else 0
         jobs = self._build(result.names[skip:], (row[skip:] for row in result.rows if row[skip] is not None))
         return written, jobs, held_back
 

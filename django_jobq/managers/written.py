@@ -11,11 +11,13 @@ Run = tuple[int, int]  # (job id, fence)
 class Written:
     """A write of finished runs: the ids it ended DONE, those it ended CANCELLED (a cancel was asked
     while they ran: their results discarded), and the busy ones, still RUNNING and owned, which a row
-    lock held by another transaction kept it from writing (write them again; nothing was waited for)."""
+    lock held by another transaction kept it from writing (write them again; nothing was waited for);
+    ``settled``: an ended job had dependents, which the same write released or cancelled."""
 
     done: frozenset[int] = frozenset()
     cancelled: frozenset[int] = frozenset()
     busy: frozenset[int] = frozenset()
+    settled: bool = False  # one of the jobs ended had dependents: the write settled them too
 
     @property
     def ended(self) -> frozenset[int]:

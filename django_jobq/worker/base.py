@@ -70,7 +70,7 @@ class WorkerBase:
     outage: Outage  # the database's unavailability, logged once (worker/outage.py)
     lock_waits: LockWaits  # writes waiting for a row another transaction holds (worker/lock_waits.py)
     _claimed: int
-    _ended: int  # outcomes written so far (burst: a lane claims again after any, see dispatch.py)
+    _ended: int  # writes that may have released jobs (_settled_others; burst: see dispatch.py)
     _running: dict[tuple[int, int], Running]
     _unknown_tasks: set[str]  # task names this worker gave jobs back for (warned once each)
     _lock: threading.Lock
@@ -122,6 +122,11 @@ class WorkerBase:
             if self._running.get(entry.key) is entry:
                 del self._running[entry.key]
             self.processed += 1
+
+    def _settled_others(self) -> None:
+        """A write of this worker may have released jobs (a workflow's next steps, in any queue) after
+        the snapshot of a lane's last claim: a burst worker's lanes claim again before they end."""
+        with self._lock:
             self._ended += 1
-        if self.burst:  # its write may have released jobs (a workflow's next steps): lanes look again
+        if self.burst:
             self._wake_all()

@@ -51,10 +51,11 @@ class DispatchMixin(PauseMixin, ReportMixin):
         )
 
     def _quiet_since_claim(self, lane: Lane) -> bool:
-        """Burst: nothing runs in this worker and no outcome was written since this lane's last claim
-        was sent. An outcome may release jobs (a workflow's next steps), also into this lane's queue,
-        and a job released by the statement that claims is not in that claim's snapshot: a burst
-        lane claims again after any, and ends only once every lane found nothing. Holds lane.cond."""
+        """Burst: nothing runs in this worker and none of its writes may have released jobs since this
+        lane's last claim was sent (_settled_others: a completion of a job with dependents, a failure).
+        A job released by the statement that claims is not in that claim's snapshot: a burst lane
+        claims again after such a write, and ends only once every lane found nothing. Holds
+        lane.cond."""
         with self._lock:
             return not self._running and self._ended == lane.claimed_after
 
@@ -89,7 +90,7 @@ class DispatchMixin(PauseMixin, ReportMixin):
                 if self.burst and lane.idle and not self._quiet_since_claim(lane):
                     with self._lock:
                         ended_since = self._ended != lane.claimed_after
-                    lane.idle = not ended_since  # an outcome written since: claim again
+                    lane.idle = not ended_since  # a write since may have released jobs: claim again
                 room = lane.capacity(claim_ahead, now) - lane.busy
                 can_claim = not stopping and self._budget() > 0 and room > 0
                 if lane.outcomes or (can_claim and not lane.idle):
@@ -189,6 +190,8 @@ class DispatchMixin(PauseMixin, ReportMixin):
                              lane.queue, exc)  # fmt: skip
                 written = self._complete_one_by_one(to_write)
         done_ids = written.done | {r.job.id for r, o in successes if o.committed}
+        if written.settled or any(o.committed for _, o in successes):  # an atomic task's own DONE too
+            self._settled_others()
         reports: list[Report] = []
         for entry, outcome in successes:
             job_id = entry.job.id
@@ -214,6 +217,7 @@ class DispatchMixin(PauseMixin, ReportMixin):
 
         def then(status: JobStatus | None) -> None:
             self._forget(entry)
+            self._settled_others()
             self._report_ended(entry, outcome, status)
 
         self.lock_waits.write(job.id, "complete", write, then, f"job {job.id}'s completion")
@@ -234,6 +238,7 @@ class DispatchMixin(PauseMixin, ReportMixin):
             done=written.done | {i for i, s in settled.items() if s == JobStatus.DONE},
             cancelled=written.cancelled | {i for i, s in settled.items() if s == JobStatus.CANCELLED},
             busy=written.busy,
+            settled=True,  # not known: as if some had dependents
         )
 
     def _complete_one_by_one(self, successes: list[tuple[Running, Outcome]]) -> Written:
@@ -252,6 +257,7 @@ class DispatchMixin(PauseMixin, ReportMixin):
             done=frozenset().union(*(p.done for p in parts)),
             cancelled=frozenset().union(*(p.cancelled for p in parts)),
             busy=frozenset().union(*(p.busy for p in parts)),
+            settled=True,
         )
 
     def _fail_plainly(self, entry: Running, outcome: Outcome, error: str) -> JobStatus | None:
@@ -399,4 +405,5 @@ class DispatchMixin(PauseMixin, ReportMixin):
                 entry, outcome, f"the job failed; its error could not be stored: {exc}"
             )
         self._forget(entry)
+        self._settled_others()  # a job ended DEAD or CANCELLED settles its dependents
         return functools.partial(self._report_failure, entry, outcome, status)

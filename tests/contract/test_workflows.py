@@ -312,3 +312,27 @@ def test_a_workflow_is_enqueued_in_the_callers_transaction():
     except RuntimeError:
         pass
     assert Job.objects.count() == 0 and Dependency.objects.count() == 0 and Workflow.objects.count() == 0
+
+
+@pytest.mark.parametrize("how", ["queryset", "instance"])
+def test_deleting_an_unfinished_dependency_settles_its_dependents_as_a_cancel_would(how):
+    """None is left waiting for a job that is gone: those to be cancelled by a failed dependency are
+    CANCELLED, transitively, and never revived by another requeue; the others stop waiting for it."""
+    a, other = Job.objects.enqueue("test.noop"), Job.objects.enqueue("test.noop", priority=200)
+    cancelled = Job.objects.enqueue("test.noop", depends_on=[a, other])
+    after_it = Job.objects.enqueue("test.noop", depends_on=[cancelled])
+    runs_anyway = Job.objects.enqueue("test.noop", depends_on=[a], on_dependency_failure="run")
+    if how == "queryset":
+        Job.objects.filter(id=a).delete()
+    else:
+        Job.objects.get(id=a).delete()
+    assert state(cancelled, after_it, runs_anyway) == [S.CANCELLED, S.CANCELLED, S.PENDING]
+    job = Job.objects.get(id=cancelled)
+    assert (job.cancelled_by, job.last_error) == (
+        f"deleted:{a}",
+        f"cancelled: job {a}, which it depends on, was deleted",
+    )
+    assert run_next() == runs_anyway
+    run_next(fail=True)  # other fails, then is requeued: the deleted job's dependents stay cancelled
+    assert Job.objects.requeue(other)
+    assert state(cancelled, after_it) == [S.CANCELLED, S.CANCELLED]

@@ -125,15 +125,16 @@ _DONE = f"""done_mine AS MATERIALIZED (
         key_released = j.key_released OR {_J_ASKED}, finished_at = {NOW}, lease_until = NULL
     FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::text[]) AS d(id, fence, result)
     WHERE j.id = ANY(ARRAY(SELECT id FROM done_mine)) AND j.id = d.id AND {_J_OWNED_IDS} AND j.fence = d.fence
-    RETURNING j.id, j.status, {_wake_waiters("j")}
+    RETURNING j.id, j.status, j.has_dependents, {_wake_waiters("j")}
 ), done_busy AS (
     SELECT h.id FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS h(id, fence)
     WHERE h.id <> ALL(ARRAY(SELECT id FROM done_mine)) AND EXISTS (
         SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND {_J_OWNED_IDS} AND j.fence = h.fence)
 )"""
-# One row per run: its id and the status written, NULL for a busy one.
+# One row per run: its id, the status written (NULL for a busy one) and whether it had dependents
+# (the trigger settled them in this statement).
 COMPLETE_MANY = f"""WITH {_DONE}
-SELECT id, status FROM done UNION ALL SELECT id, NULL FROM done_busy"""
+SELECT id, status, has_dependents FROM done UNION ALL SELECT id, NULL, NULL FROM done_busy"""
 
 _ENDS_CANCELLED = f"(%(discard)s OR {_ASKED})"
 _GIVE_UP = f"(%(permanent)s OR attempts >= max_attempts OR {_ENDS_CANCELLED})"
@@ -317,8 +318,9 @@ SELECT status, worker_id, fence FROM jobq_job WHERE id = %(id)s
 # complete_and_claim: the worker's cycle in one statement and one commit: write the finished jobs of
 # one queue (COMPLETE_MANY's CTEs) and claim up to %(limit)s more from it (CLAIM's fenced selection).
 # The two UPDATEs touch disjoint rows (RUNNING vs PENDING). One row always comes back (the LEFT
-# JOIN): the ids ended DONE, those ended CANCELLED, the busy ones, then the claimed job's columns,
-# NULL when nothing was claimed. COMPLETE_AND_CLAIM_REST is the same for the "*" lane: it claims
+# JOIN): the ids ended DONE, those ended CANCELLED, the busy ones, whether an ended job had dependents
+# (released or cancelled by the trigger after this claim's snapshot: a burst worker claims again), then
+# the claimed job's columns, NULL when nothing was claimed. COMPLETE_AND_CLAIM_REST is the same for the "*" lane: it claims
 # from every queue but %(exclude)s.
 _COMPLETE_AND_CLAIM = f"""
 WITH {_DONE},
@@ -326,7 +328,8 @@ WITH {_DONE},
 claimed AS ({_TAKE})
 SELECT (SELECT coalesce(array_agg(id) FILTER (WHERE status = {DONE}), '{{{{}}}}') FROM done) AS completed,
        (SELECT coalesce(array_agg(id) FILTER (WHERE status <> {DONE}), '{{{{}}}}') FROM done) AS cancelled,
-       (SELECT coalesce(array_agg(id), '{{{{}}}}') FROM done_busy) AS busy, {{held}}claimed.*
+       (SELECT coalesce(array_agg(id), '{{{{}}}}') FROM done_busy) AS busy,
+       (SELECT coalesce(bool_or(has_dependents), false) FROM done) AS settled, {{held}}claimed.*
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 """
 COMPLETE_AND_CLAIM = _COMPLETE_AND_CLAIM.format(pick=_PICK_ONE, held="")

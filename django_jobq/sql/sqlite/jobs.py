@@ -10,6 +10,8 @@ the owner's worker_id and the fence (the fencing token), success reported throug
 fence grows by one with every claim and in-slot retry and nothing lowers it.
 """
 
+from typing import Any
+
 from ..engine import Result, Script, Unsupported
 from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, WAITING, each, plus, ts, window_over
 
@@ -101,7 +103,7 @@ SET status = CASE WHEN {_ASKED} THEN {CANCELLED} ELSE {DONE} END,
 FROM {_DONE_ROWS} AS d
 WHERE jobq_job.id = d.id AND jobq_job.status = {RUNNING} AND jobq_job.worker_id = %(worker_id)s
   AND jobq_job.fence = d.fence
-RETURNING id, status
+RETURNING id, status, has_dependents
 """
 
 _ENDS_CANCELLED = f"(%(discard)s OR {_ASKED})"
@@ -341,14 +343,15 @@ JOB_TASK = "SELECT task FROM jobq_job WHERE id = %(id)s"
 
 def _completed_then_claimed(results: list[Result]) -> Result:
     """COMPLETE_MANY's rows and the claim's as PostgreSQL's one statement gives them: columns of the
-    ids ended DONE, of those ended CANCELLED and of the busy ones (none here), then the claimed job's
-    columns (one row of NULLs when none)."""
+    ids ended DONE, of those ended CANCELLED and of the busy ones (none here), whether one had
+    dependents, then the claimed job's columns (one row of NULLs when none)."""
     completed = [row[0] for row in results[0].rows if row[1] == DONE]
     cancelled = [row[0] for row in results[0].rows if row[1] != DONE]
     claimed = _in_claim_order(results[1:])
-    ended: tuple[list[int], ...] = (completed, cancelled, [])
+    settled = any(row[2] for row in results[0].rows)
+    ended: tuple[Any, ...] = (completed, cancelled, [], settled)
     rows = [(*ended, *row) for row in claimed.rows] or [(*ended, *[None] * len(claimed.names))]
-    return Result(["completed", "cancelled", "busy", *claimed.names], rows, len(claimed.rows))
+    return Result(["completed", "cancelled", "busy", "settled", *claimed.names], rows, len(claimed.rows))
 
 
 # complete_and_claim: the worker's cycle in one write transaction: COMPLETE_MANY, then a claim from one
