@@ -320,9 +320,10 @@ class DispatchMixin(PauseMixin, ReportMixin):
         runs = [(entry.job.id, entry.fence) for entry in entries]
         try:
             released = self._db(lambda: Job.objects.release_unstarted(self.worker_id, runs), attempts=3)
-        except DatabaseError as exc:  # refused: the runs are left to their leases
-            released = []
-            logger.error("worker %s: could not give back claimed-ahead jobs (%s)", self.worker_id, exc)
+        except DatabaseError as exc:  # refused (e.g. a row held past LOCK_TIMEOUT): kept, tried again
+            released = None
+            logger.error("worker %s: could not give back claimed-ahead jobs (%s); trying again in %.0fs",
+                         self.worker_id, exc, GIVE_BACK_RETRY_SECONDS)  # fmt: skip
         if released is None:  # the database is away: they stay ours (leased, renewed, never started)
             with lane.cond:  # and go back once it answers again (the shutdown's release, at the latest)
                 lane.unstarted = entries + lane.unstarted

@@ -73,10 +73,15 @@ class Workflow:
             poll = min(poll * 1.5, 1.0)
 
     def cancel(self, *, by: str = "api") -> CancelCounts:
-        """Cancel every unfinished job: WAITING and PENDING ones at once, RUNNING ones asked to stop."""
+        """Cancel every unfinished job: WAITING and PENDING ones at once, RUNNING ones asked to stop.
+        The WAITING ones go first: a job cancelled ahead of its dependent (in an earlier batch of
+        cancel_many) would otherwise release a dependent set to run anyway (a group's "run"
+        callback), for a worker to claim before the next batch cancels it."""
         from ..models import Job
 
-        ids = list(self.jobs().filter(status__in=ACTIVE).values_list("id", flat=True))
-        if not ids:
-            return CancelCounts()
-        return Job.objects.cancel_many(ids=ids, by=by)
+        rows = list(self.jobs().filter(status__in=ACTIVE).values_list("id", "status"))
+        waiting = [i for i, status in rows if status == JobStatus.WAITING]
+        others = [i for i, status in rows if status != JobStatus.WAITING]
+        first = Job.objects.cancel_many(ids=waiting, by=by) if waiting else CancelCounts()
+        then = Job.objects.cancel_many(ids=others, by=by) if others else CancelCounts()
+        return CancelCounts(first.cancelled + then.cancelled, first.requested + then.requested)

@@ -211,6 +211,32 @@ def test_cancelling_a_workflow_cancels_every_unfinished_job():
     assert state(*workflow.job_ids) == [S.CANCELLED, S.CANCELLED]
 
 
+def test_cancelling_a_large_group_never_releases_its_run_callback_between_batches(monkeypatch):
+    """cancel_many works in batches, each its own statement: had the members gone first, a batch that
+    cancelled the last of them would have released the "run" callback, for any worker to claim before
+    the next batch cancelled it. A claim between every two batches finds nothing to run."""
+    from django_jobq.managers import control
+
+    monkeypatch.setattr(control, "CANCEL_BATCH", 3)
+    callback_step = Signature("test.noop", {}, queue="callbacks")
+    workflow = group(*(Signature("test.noop", {"n": n}) for n in range(6)), then=callback_step).enqueue()
+    *members, callback = workflow.job_ids
+    intruded: list[int | None] = []
+    batch = control.ControlManager._cancel
+
+    def then_claim(self, *args, **kwargs):
+        rows = batch(self, *args, **kwargs)
+        claimed = Job.objects.claim("intruder", queues=["callbacks"])  # a worker of the callback's queue
+        intruded.append(None if claimed is None else claimed.id)
+        return rows
+
+    monkeypatch.setattr(control.ControlManager, "_cancel", then_claim)
+    workflow.cancel(by="ops")
+    assert callback not in intruded
+    assert state(*members, callback) == [S.CANCELLED] * 7
+    assert Job.objects.get(id=callback).started_at is None
+
+
 def test_enqueue_many_takes_dependencies_and_counts_show_waiting_jobs():
     a = Job.objects.enqueue("test.noop")
     ids = Job.objects.enqueue_many([NewJob("test.noop", depends_on=[a]), NewJob("test.noop")])

@@ -305,10 +305,12 @@ def test_a_heartbeat_renews_what_it_still_owns_and_marks_the_rest_lost():
 
 
 @pytest.mark.p0
-def test_a_give_back_the_database_did_not_take_keeps_the_jobs_and_is_tried_again(monkeypatch):
-    """The database away while a lane gives back jobs claimed ahead (a restart): they stay the
-    worker's (tracked, so heartbeats renew them; never started), and go back once it answers."""
-    from django.db import OperationalError
+@pytest.mark.parametrize("why", ["the database is away", "the statement was refused"])
+def test_a_give_back_the_database_did_not_take_keeps_the_jobs_and_is_tried_again(monkeypatch, why):
+    """The database away while a lane gives back jobs claimed ahead (a restart), or the statement
+    refused (a row held past LOCK_TIMEOUT): they stay the worker's (tracked, so heartbeats renew them;
+    never started, never dropped from memory while RUNNING), and go back at the next try."""
+    from django.db import OperationalError, ProgrammingError
 
     from django_jobq.managers.consuming import ConsumerManager
 
@@ -319,7 +321,9 @@ def test_a_give_back_the_database_did_not_take_keeps_the_jobs_and_is_tried_again
     lane.unstarted, lane.busy = list(entries), 2
 
     def away(*args, **kwargs):
-        raise OperationalError("the database system is shutting down")
+        if why == "the database is away":
+            raise OperationalError("the database system is shutting down")
+        raise ProgrammingError("canceling statement due to lock timeout")
 
     with monkeypatch.context() as patch:
         patch.setattr(ConsumerManager, "release_unstarted", away)
