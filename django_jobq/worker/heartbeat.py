@@ -50,7 +50,10 @@ class HeartbeatMixin(DispatchMixin):
 
     def _heartbeat(self, lease: float) -> None:
         with self._lock:  # a run past its timeout too: its job stays ours until its function returns
-            held = list(self._running)
+            # not the runs whose outcome a lane is writing now: locking their rows would only make that
+            # write find them busy (a write waiting for a row another transaction holds keeps its
+            # place in the row's lock queue, ahead of any reaper pass)
+            held = [key for key, entry in self._running.items() if not entry.writing]
         Job.objects.bound_statements()
         sent = time.monotonic()  # the renewed leases run for at least ``lease`` seconds from here
         beat = Job.objects.beat(self.worker_id, held, lease)
