@@ -9,7 +9,7 @@ import functools
 import logging
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from django.db import Error as DatabaseError
 from django.db import connections
@@ -22,6 +22,7 @@ from ..status import JobStatus
 from .base import is_connection_error
 from .lanes import Lane, Running
 from .pausing import PauseMixin
+from .rationing import RationMixin
 from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
@@ -33,7 +34,7 @@ LOOK_PAST_SECONDS = 0.2
 Report = Callable[[], None]  # logs and signals about an outcome, sent once the lane's jobs are handed out
 
 
-class DispatchMixin(PauseMixin):
+class DispatchMixin(PauseMixin, RationMixin):
     def _budget(self) -> int:
         """Jobs this worker may still claim (max_jobs)."""
         return 1 << 30 if self.max_jobs is None else self.max_jobs - self._claimed
@@ -45,7 +46,7 @@ class DispatchMixin(PauseMixin):
         return (
             self.stopping.is_set()
             or self._budget() <= 0
-            or (self.burst and lane.idle and not self._runs_capped())
+            or (self.burst and lane.idle and not lane.permit_at and not self._runs_capped())
         )
 
     def _runs_capped(self) -> bool:
@@ -74,14 +75,16 @@ class DispatchMixin(PauseMixin):
                     return outcomes  # claimed ahead, never started: to give back now
                 if lane.woken:
                     lane.idle = lane.woken = False
-                if lane.idle and now >= poll_at:
+                    lane.dry.clear()
+                permit_at = lane.next_permit()  # a rate-limited queue has a permit again then
+                if lane.idle and (now >= poll_at or (permit_at is not None and now >= permit_at)):
                     lane.idle = False  # the safety-net poll
                 room = lane.capacity(claim_ahead, now) - lane.busy
                 can_claim = not stopping and self._budget() > 0 and room > 0
                 if lane.outcomes or (can_claim and not lane.idle):
                     outcomes, lane.outcomes = lane.outcomes, []
                     return outcomes
-                timeout = max(0.001, poll_at - now) if lane.idle else 0.5
+                timeout = max(0.001, min(poll_at, permit_at or poll_at) - now) if lane.idle else 0.5
                 if lane.unstarted:  # a give-back the database did not take: try again then
                     timeout = min(timeout, max(0.001, lane.give_back_at - now))
                 if not lane.work.empty() and (long_in := lane.next_long_run(now)) is not None:
@@ -105,22 +108,26 @@ class DispatchMixin(PauseMixin):
                 with self._lock:
                     free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
-                jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
-                if free:
-                    signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=free,
+                rations = self._rations(lane, free)  # permits taken for the rate-limited queues
+                asked = self._asked(lane, free, rations)
+                jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], asked, rations)
+                self._settle_rations(lane, rations, jobs)
+                if asked:
+                    signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=asked,
                                  claimed=len(jobs))  # fmt: skip
                 if self.burst and len(self.lanes) > 1 and outcomes and self._wrote_capped(outcomes):
                     self._wake_others(lane)  # room under a cap (this lane's claim just took its share)
                 with self._lock:
                     self._claimed -= free - len(jobs)
-                starved = free > 0 and len(jobs) < free
-                with lane.cond:  # a paused lane waits for a wake-up or the poll, as one that found nothing
-                    lane.idle = lane.paused or starved
-                    if free and not starved:  # a full claim: what a cycle takes under load
+                starved = asked > 0 and len(jobs) < asked
+                with lane.cond:  # a paused lane waits for a wake-up or the poll, as one that found nothing;
+                    # one whose permits ran out, for them (Lane.permit_at)
+                    lane.idle = lane.paused or starved or (free > 0 and not asked)
+                    if asked and not starved:  # a full claim: what a cycle takes under load
                         lane.cycled(time.monotonic() - sent)
                 if self.idle_lock is not None:  # producers notify while a lane may wait for work
                     self.idle_lock.report(lane.queue, starved)
-                self._hand_out(lane, jobs, sent)
+                self._hand_out(lane, jobs, sent, rations)
                 for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
                     report()
         finally:
@@ -140,11 +147,12 @@ class DispatchMixin(PauseMixin):
         return bool(capped) and any(entry.job.task in capped for entry, _ in outcomes)
 
     def _cycle(
-        self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int
+        self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int, rations: dict[str, int]
     ) -> tuple[list[Job], list[Report], float]:
-        """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues), in one
-        statement; none when there is nothing to write or claim (a paused lane's wake-up). Also returns
-        the monotonic time the statement was sent: the claimed jobs' leases run at least that long."""
+        """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues, no more
+        of a rate-limited queue than its ``rations``), in one statement; none when there is nothing to
+        write or claim (a paused lane's wake-up). Also returns the monotonic time the statement was
+        sent: the claimed jobs' leases run at least that long."""
         lease = jobq_settings().lease_seconds
         sent = time.monotonic()
         to_write = [(r, o) for r, o in successes if not o.committed]  # atomic tasks wrote their own DONE
@@ -158,8 +166,9 @@ class DispatchMixin(PauseMixin):
                 sent = time.monotonic()  # the claimed leases run for at least LEASE_SECONDS from here
                 look_past = sent >= lane.look_past_at
                 completed, jobs = Job.objects.complete_and_claim(
-                    self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past
-                )
+                    self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past,
+                    rations=rations,
+                )  # fmt: skip
                 if look_past and len(jobs) < limit:  # nothing (more) behind the held-back jobs
                     lane.look_past_at = sent + LOOK_PAST_SECONDS
                 self.outage.ok()
@@ -219,19 +228,25 @@ class DispatchMixin(PauseMixin):
             logger.error("job %s: could not record its failure (%s)", entry.job.id, exc)
             return None
 
-    def _hand_out(self, lane: Lane, jobs: list[Job], claimed_at: float) -> None:
+    def _hand_out(
+        self, lane: Lane, jobs: list[Job], claimed_at: float, permitted: Container[str] = ()
+    ) -> None:
+        """Give the claimed jobs to the slots (``permitted``: queues claimed with rate-limit permits)."""
         if jobs and self.abandon.is_set():  # the shutdown's release may have run already
             released = self._db(lambda: Job.objects.release(self.worker_id), attempts=3) or []
             logger.warning(
                 "worker %s: released %d job(s) claimed during shutdown", self.worker_id, len(released)
             )
+            self._return_permits(job.queue for job in jobs if job.queue in permitted)  # none of them starts
             return
         default_timeout = jobq_settings().job_timeout
         jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))  # slots take them in claim order
         for job in jobs:
             task = resolve_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
-            entry = Running(job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at)
+            entry = Running(
+                job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at, permitted=job.queue in permitted
+            )  # fmt: skip
             with self._lock:
                 self._running[entry.key] = entry
             with lane.cond:
@@ -275,6 +290,8 @@ class DispatchMixin(PauseMixin):
                 lane.unstarted = entries + lane.unstarted
                 lane.give_back_at = time.monotonic() + GIVE_BACK_RETRY_SECONDS
             return
+        given_back = set(released)
+        self._return_permits(e.job.queue for e in entries if e.permitted and e.job.id in given_back)
         with self._lock:
             for entry in entries:
                 if self._running.get(entry.key) is entry:
