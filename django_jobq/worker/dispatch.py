@@ -329,7 +329,7 @@ class DispatchMixin(PauseMixin, RationMixin):
             except DatabaseError as exc:  # left to its lease
                 logger.error("job %s: could not snooze it (%s)", job.id, exc)
                 status = None
-            self._forget(entry)
+            self._forget(entry, ended=status == JobStatus.CANCELLED)
             return functools.partial(self._report_snooze, entry, outcome, status)
         if outcome.snooze is not None:  # no rate-limit permit: the job waits, no attempt used
             runs = [(job.id, outcome.fence, outcome.snooze)]
@@ -337,7 +337,7 @@ class DispatchMixin(PauseMixin, RationMixin):
                 self._db(lambda: Job.objects.snooze(self.worker_id, runs))
             except DatabaseError as exc:  # left to its lease
                 logger.error("job %s: could not put it back to wait for a permit (%s)", job.id, exc)
-            self._forget(entry)
+            self._forget(entry, ended=False)
             return functools.partial(
                 signals.send,
                 signals.job_rate_limited,
