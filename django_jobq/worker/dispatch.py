@@ -1,5 +1,6 @@
 """A lane's dispatcher: writes the lane's finished jobs and claims as many new ones as the lane has
-room for (none from a paused queue), in one statement per cycle; hands the claimed jobs to the slots;
+room for (none from a paused queue, no more of a rate-limited one than the permits it took: see
+rationing.py), in one statement per cycle; hands the claimed jobs to the slots;
 reports outcomes. While the lane's runs are short it claims ahead (JOBQ["CLAIM_AHEAD"] per slot), so
 the next cycle's round trip overlaps the slots' work; a stopping worker gives those back at once."""
 

@@ -1,7 +1,7 @@
 """Rate-limited queues (JOBQ["QUEUES"][q]["RATE_LIMIT"]): a lane takes the permits before it claims,
 and claims no more of such a queue than the permits it took. So a worker never holds a job of a
 rate-limited queue it may not start: no claim is spent on a job only to put it back, and no claim is
-made while the bucket is empty (the lane waits until the bucket says its next permit comes).
+made of it while its bucket is empty (the lane waits until the bucket says its next permit comes).
 
 Each claimed job carries its permit to its slot, which starts it without taking another (a retry in the
 slot takes its own). A permit no job was found for goes back to the bucket at once, and so does the
@@ -31,7 +31,8 @@ logger = logging.getLogger("django_jobq")
 
 
 def queue_bucket(queue: str, rate: tuple[int, float]) -> TokenBucket:
-    """The bucket of a queue's RATE_LIMIT (burst: its count), shared by every worker."""
+    """The bucket of a queue's RATE_LIMIT (burst: its count), shared by every worker (the key and
+    size runner.permit_wait uses for a retry in the slot)."""
     count, seconds = rate
     return TokenBucket(f"jobq:queue:{queue}", count, seconds, count)
 
