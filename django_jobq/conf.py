@@ -25,7 +25,9 @@ class QueueOptions:
     """One entry of JOBQ["QUEUES"]: flow control for one queue."""
 
     max_running: int | None = None  # jobs RUNNING at once across every worker; None: no cap
-    max_depth: int | None = None  # PENDING jobs beyond which enqueue raises QueueFull; None: no limit
+    max_depth: int | None = (
+        None  # PENDING + RUNNING jobs beyond which enqueue raises QueueFull; None: no limit
+    )
     rate_limit: tuple[int, float] | None = None  # (jobs, seconds): starts allowed across every worker
 
     @classmethod

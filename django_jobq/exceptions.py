@@ -75,7 +75,7 @@ class JobFailed(JobqError):
 
 
 class QueueFull(JobqError):
-    """The queue holds JOBQ["QUEUES"][queue]["MAX_DEPTH"] PENDING jobs already; nothing was written."""
+    """The queue holds JOBQ["QUEUES"][queue]["MAX_DEPTH"] PENDING or RUNNING jobs already; nothing was written."""
 
 
 class DedupeKeyConflict(JobqError):

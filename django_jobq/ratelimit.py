@@ -78,19 +78,25 @@ class _Limiter:
 
     def _reserve(self, n: int, ahead: float) -> float | None:
         """Seconds until the ``n`` permits granted are there (0: now), or None when refused."""
-        params = self._params(n)
-        params["ahead"] = ahead
+        row = self._execute(self._sql, {**self._params(n), "ahead": ahead}, passed=(0.0,))
+        return None if row is None else float(row[0])
+
+    def _execute(
+        self, statement: str, params: dict[str, Any], passed: tuple[Any, ...]
+    ) -> tuple[Any, ...] | None:
+        """The statement's first row (None: no row) on the limiter's own connection, at the clock;
+        ``passed`` when the database is away and the limiter fails open."""
         params["now"] = timezone.now() if jobq_settings().clock == "python" else None
         prepare = bool(jobq_settings().prepared_statements)
         try:
             with autocommit.pool(self.using or jobq_settings().database).connection() as conn:
-                row = conn.execute(self._sql, params, prepare=prepare).fetchone()
+                row: tuple[Any, ...] | None = conn.execute(statement, params, prepare=prepare).fetchone()
         except psycopg.OperationalError as exc:
             if not self.fail_open:
                 raise RateLimitUnavailable(f"rate limit {self.key!r}: database unavailable: {exc}") from exc
             logger.warning("rate limit %r: database unavailable (%s); fail_open: passed", self.key, exc)
-            return 0.0
-        return None if row is None else float(row[0])
+            return passed
+        return row
 
 
 class TokenBucket(_Limiter):
@@ -118,6 +124,22 @@ class TokenBucket(_Limiter):
 
     def _params(self, n: int) -> dict[str, Any]:
         return {"key": self.key, "n": n, "burst": self.burst, "fill": self.rate / self.per}
+
+    def take(self, most: int) -> tuple[int, float]:
+        """Take up to ``most`` permits, as many as the bucket holds now (none is lent or waited for):
+        (permits taken, seconds until the bucket next holds one; 0: it does). Failing open, ``most``
+        are passed."""
+        most = validation.integer(most, "most", 1, MAX_COUNT)
+        row = self._execute(sql.BUCKET_TAKE, self._params(most), passed=(most, float(self.burst)))
+        if row is None:  # a first use of the key raced another one's: ask again
+            return 0, 0.0
+        granted, tokens = int(row[0]), float(row[1])
+        return granted, max(0.0, (1 - tokens) * self.per / self.rate)
+
+    def give_back(self, n: int) -> None:
+        """Put back ``n`` permits taken and never used (the bucket never holds more than ``burst``)."""
+        n = validation.integer(n, "n", 1, MAX_COUNT)
+        self._execute(sql.BUCKET_GIVE_BACK, self._params(n), passed=())
 
     def __repr__(self) -> str:
         return f"TokenBucket({self.key!r}, rate={self.rate}, per={self.per:g}, burst={self.burst})"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -113,13 +113,15 @@ class ConsumerManager(CapManager):
         *,
         exclude: Sequence[str] = (),
         look_past: bool = True,
+        rations: Mapping[str, int] | None = None,
     ) -> tuple[Written, list[Job]]:
         """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
         ``exclude``) in a single statement (one commit). A queue with JOBQ["QUEUES"][q]["MAX_RUNNING"]
         is claimed from under that cap, across every worker (claim and claim_batch ignore caps).
         When a task cap cut the claim short, it claims again for the jobs behind those held back
         unless ``look_past`` is False (that reads the held-back jobs: the worker does it at most
-        every LOOK_PAST_SECONDS while it finds nothing there).
+        every LOOK_PAST_SECONDS while it finds nothing there). ``rations``: queues of which it claims
+        no more than that many jobs (the rate-limit permits the worker holds for them), each apart.
 
         Returns what the completion wrote (Written) and the jobs claimed (``limit`` may be 0)."""
         ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
@@ -129,13 +131,23 @@ class ConsumerManager(CapManager):
             "lease": self._lease(lease_seconds), "exclude": list(exclude), "cap": None,
             **self._task_caps(),
         }  # fmt: skip
-        caps = jobq_settings().caps()
+        caps, rations = jobq_settings().caps(), rations or {}
         if queue is not None:
-            return self._complete_and_claim({**params, "cap": caps.get(queue)}, look_past)
-        # The "*" lane: every uncapped queue in one statement, then each capped one it serves.
-        params["exclude"] = [*exclude, *caps]
-        written, jobs = self._complete_and_claim(params, look_past)
-        for name in sorted(set(caps) - set(exclude)):
+            limit = min(params["limit"], rations.get(queue, limit))
+            return self._complete_and_claim({**params, "cap": caps.get(queue), "limit": limit}, look_past)
+        # The "*" lane: each rationed queue apart, at most its ration; then every other uncapped queue
+        # in one statement (which also writes the completions); then each capped one it serves.
+        jobs: list[Job] = []
+        for name, most in sorted(rations.items()):
+            if most > 0 and len(jobs) < limit:
+                more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps.get(name)}
+                jobs += self._complete_and_claim({**more, "limit": min(most, limit - len(jobs))}, look_past)[
+                    1
+                ]
+        params["exclude"] = [*exclude, *caps, *rations]
+        written, found = self._complete_and_claim({**params, "limit": limit - len(jobs)}, look_past)
+        jobs += found
+        for name in sorted(set(caps) - set(exclude) - set(rations)):
             if len(jobs) >= limit:
                 break
             more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps[name]}

@@ -206,7 +206,9 @@ class ProducerManager(BaseJobManager):
 
     @staticmethod
     def _full(queue: str, limit: int) -> QueueFull:
-        return QueueFull(f"queue {queue!r} is full: it holds its MAX_DEPTH of {limit} PENDING jobs")
+        return QueueFull(
+            f"queue {queue!r} is full: it holds its MAX_DEPTH of {limit} PENDING or RUNNING jobs"
+        )
 
     def _check_room(self, wanted: dict[str, int]) -> None:
         """QueueFull (writing nothing) unless ``wanted[queue]`` more jobs fit in each queue with a MAX_DEPTH."""

@@ -63,7 +63,9 @@ class WorkerBase:
     abandon: threading.Event  # grace is over (or second signal): dispatchers leave now
     hard: threading.Event  # second signal
     finished: threading.Event  # background threads exit
-    processed: int  # jobs whose outcome was written
+    processed: (
+        int  # runs that ended (done, failed, cancelled): not a snooze, nor a start a rate limit refused
+    )
     exit_code: int  # what the process should exit with (EXIT_STUCK when a lane wedged)
     listener: Listener | None
     idle_lock: IdleLock | None
@@ -117,11 +119,14 @@ class WorkerBase:
                 lane.woken = True
                 lane.cond.notify_all()
 
-    def _forget(self, entry: Running) -> None:
+    def _forget(self, entry: Running, *, ended: bool = True) -> None:
+        """The run's outcome is written: it is no longer this worker's; ``ended``: it counts in
+        ``processed`` (False for a job that waits again: snoozed, or refused by a rate limit)."""
         with self._lock:
             if self._running.get(entry.key) is entry:
                 del self._running[entry.key]
-            self.processed += 1
+            if ended:
+                self.processed += 1
 
     def _settled_others(self) -> None:
         """A write of this worker may have released jobs (a workflow's next steps, in any queue) after

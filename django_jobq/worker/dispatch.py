@@ -1,5 +1,6 @@
 """A lane's dispatcher: writes the lane's finished jobs and claims as many new ones as the lane has
-room for (none from a paused queue), in one statement per cycle; hands the claimed jobs to the slots;
+room for (none from a paused queue, no more of a rate-limited one than the permits it took: see
+rationing.py), in one statement per cycle; hands the claimed jobs to the slots;
 reports outcomes. While the lane's runs are short it claims ahead (JOBQ["CLAIM_AHEAD"] per slot), so
 the next cycle's round trip overlaps the slots' work; a stopping worker gives those back at once."""
 
@@ -9,7 +10,7 @@ import functools
 import logging
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Container
 
 from django.db import Error as DatabaseError
 from django.db import connections
@@ -21,9 +22,10 @@ from ..models import Job
 from ..registry import capped_tasks, resolve_task
 from ..status import JobStatus
 from .base import is_connection_error
+from .failures import FailureMixin, Report
 from .lanes import Lane, Running
 from .pausing import PauseMixin
-from .reports import ReportMixin
+from .rationing import RationMixin
 from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
@@ -32,10 +34,9 @@ GIVE_BACK_RETRY_SECONDS = 1.0  # a give-back the database did not take is tried 
 # this: looking reads every held-back job, so a deep backlog of a task at its cap would cost each
 # cycle a read of it. Jobs of other tasks queued behind such a backlog wait at most this long more.
 LOOK_PAST_SECONDS = 0.2
-Report = Callable[[], None]  # logs and signals about an outcome, sent once the lane's jobs are handed out
 
 
-class DispatchMixin(PauseMixin, ReportMixin):
+class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
     def _budget(self) -> int:
         """Jobs this worker may still claim (max_jobs)."""
         return 1 << 30 if self.max_jobs is None else self.max_jobs - self._claimed
@@ -47,7 +48,13 @@ class DispatchMixin(PauseMixin, ReportMixin):
         return (
             self.stopping.is_set()
             or self._budget() <= 0
-            or (self.burst and lane.idle and not self._runs_capped() and self._quiet_since_claim(lane))
+            or (
+                self.burst
+                and lane.idle
+                and not lane.permit_at
+                and not self._runs_capped()
+                and self._quiet_since_claim(lane)
+            )
         )
 
     def _quiet_since_claim(self, lane: Lane) -> bool:
@@ -85,7 +92,9 @@ class DispatchMixin(PauseMixin, ReportMixin):
                     return outcomes  # claimed ahead, never started: to give back now
                 if lane.woken:
                     lane.idle = lane.woken = False
-                if lane.idle and now >= poll_at:
+                    lane.dry.clear()
+                permit_at = lane.next_permit()  # a rate-limited queue has a permit again then
+                if lane.idle and (now >= poll_at or (permit_at is not None and now >= permit_at)):
                     lane.idle = False  # the safety-net poll
                 if self.burst and lane.idle and not self._quiet_since_claim(lane):
                     with self._lock:
@@ -96,7 +105,7 @@ class DispatchMixin(PauseMixin, ReportMixin):
                 if lane.outcomes or (can_claim and not lane.idle):
                     outcomes, lane.outcomes = lane.outcomes, []
                     return outcomes
-                timeout = max(0.001, poll_at - now) if lane.idle else 0.5
+                timeout = max(0.001, min(poll_at, permit_at or poll_at) - now) if lane.idle else 0.5
                 if lane.unstarted:  # a give-back the database did not take: try again then
                     timeout = min(timeout, max(0.001, lane.give_back_at - now))
                 if not lane.work.empty() and (long_in := lane.next_long_run(now)) is not None:
@@ -121,22 +130,26 @@ class DispatchMixin(PauseMixin, ReportMixin):
                     free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
                     lane.claimed_after = self._ended
-                jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], free)
-                if free:
-                    signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=free,
+                rations = self._rations(lane, free)  # permits taken for the rate-limited queues
+                asked = self._asked(lane, free, rations)
+                jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], asked, rations)
+                self._settle_rations(lane, rations, jobs)
+                if asked:
+                    signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=asked,
                                  claimed=len(jobs))  # fmt: skip
                 if self.burst and len(self.lanes) > 1 and outcomes and self._wrote_capped(outcomes):
                     self._wake_others(lane)  # room under a cap (this lane's claim just took its share)
                 with self._lock:
                     self._claimed -= free - len(jobs)
-                starved = free > 0 and len(jobs) < free
-                with lane.cond:  # a paused lane waits for a wake-up or the poll, as one that found nothing
-                    lane.idle = lane.paused or starved
-                    if free and not starved:  # a full claim: what a cycle takes under load
+                starved = asked > 0 and len(jobs) < asked
+                with lane.cond:  # a paused lane waits for a wake-up or the poll, as one that found nothing;
+                    # one whose permits ran out, for them (Lane.permit_at)
+                    lane.idle = lane.paused or starved or (free > 0 and not asked)
+                    if asked and not starved:  # a full claim: what a cycle takes under load
                         lane.cycled(time.monotonic() - sent)
                 if self.idle_lock is not None:  # producers notify while a lane may wait for work
                     self.idle_lock.report(lane.queue, starved)
-                self._hand_out(lane, jobs, sent)
+                self._hand_out(lane, jobs, sent, rations)
                 for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
                     report()
         finally:
@@ -156,11 +169,12 @@ class DispatchMixin(PauseMixin, ReportMixin):
         return bool(capped) and any(entry.job.task in capped for entry, _ in outcomes)
 
     def _cycle(
-        self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int
+        self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int, rations: dict[str, int]
     ) -> tuple[list[Job], list[Report], float]:
-        """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues), in one
-        statement; none when there is nothing to write or claim (a paused lane's wake-up). Also returns
-        the monotonic time the statement was sent: the claimed jobs' leases run at least that long."""
+        """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues, no more
+        of a rate-limited queue than its ``rations``), in one statement; none when there is nothing to
+        write or claim (a paused lane's wake-up). Also returns the monotonic time the statement was
+        sent: the claimed jobs' leases run at least that long."""
         lease = jobq_settings().lease_seconds
         sent = time.monotonic()
         to_write = [(r, o) for r, o in successes if not o.committed]  # atomic tasks wrote their own DONE
@@ -174,8 +188,9 @@ class DispatchMixin(PauseMixin, ReportMixin):
                 sent = time.monotonic()  # the claimed leases run for at least LEASE_SECONDS from here
                 look_past = sent >= lane.look_past_at
                 written, jobs = Job.objects.complete_and_claim(
-                    self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past
-                )
+                    self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past,
+                    rations=rations,
+                )  # fmt: skip
                 if look_past and len(jobs) < limit:  # nothing (more) behind the held-back jobs
                     lane.look_past_at = sent + LOOK_PAST_SECONDS
                 self.outage.ok()
@@ -260,31 +275,25 @@ class DispatchMixin(PauseMixin, ReportMixin):
             settled=True,
         )
 
-    def _fail_plainly(self, entry: Running, outcome: Outcome, error: str) -> JobStatus | None:
-        """Send the run DEAD with a short, always storable error (when its own result or error was refused)."""
-        try:
-            return self._db(
-                lambda: Job.objects.fail(
-                    entry.job.id, self.worker_id, error, permanent=True, fence=outcome.fence
-                )
-            )
-        except DatabaseError as exc:
-            logger.error("job %s: could not record its failure (%s)", entry.job.id, exc)
-            return None
-
-    def _hand_out(self, lane: Lane, jobs: list[Job], claimed_at: float) -> None:
+    def _hand_out(
+        self, lane: Lane, jobs: list[Job], claimed_at: float, permitted: Container[str] = ()
+    ) -> None:
+        """Give the claimed jobs to the slots (``permitted``: queues claimed with rate-limit permits)."""
         if jobs and self.abandon.is_set():  # the shutdown's release may have run already
             released = self._db(lambda: Job.objects.release(self.worker_id), attempts=3) or []
             logger.warning(
                 "worker %s: released %d job(s) claimed during shutdown", self.worker_id, len(released)
             )
+            self._return_permits(job.queue for job in jobs if job.queue in permitted)  # none of them starts
             return
         default_timeout = jobq_settings().job_timeout
         jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))  # slots take them in claim order
         for job in jobs:
             task = resolve_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
-            entry = Running(job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at)
+            entry = Running(
+                job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at, permitted=job.queue in permitted
+            )  # fmt: skip
             with self._lock:
                 self._running[entry.key] = entry
             with lane.cond:
@@ -329,6 +338,8 @@ class DispatchMixin(PauseMixin, ReportMixin):
                 lane.unstarted = entries + lane.unstarted
                 lane.give_back_at = time.monotonic() + GIVE_BACK_RETRY_SECONDS
             return
+        given_back = set(released)
+        self._return_permits(e.job.queue for e in entries if e.permitted and e.job.id in given_back)
         with self._lock:
             for entry in entries:
                 if self._running.get(entry.key) is entry:
@@ -356,55 +367,3 @@ class DispatchMixin(PauseMixin, ReportMixin):
         if state is None or state[1:] != (self.worker_id, outcome.fence):
             return None
         return state[0] if state[0] in (JobStatus.DONE, JobStatus.CANCELLED) else None
-
-    # -- outcomes --------------------------------------------------------------------------------------
-    def _write_failure(self, entry: Running, outcome: Outcome) -> Report:
-        job = entry.job
-        if outcome.snoozed:  # the task raised Snooze: the job waits, no attempt used
-            delay = outcome.snooze or 0.0
-            try:
-                status = self._db(
-                    lambda: Job.objects.snooze_run(job.id, self.worker_id, outcome.fence, delay)
-                )
-            except DatabaseError as exc:  # left to its lease
-                logger.error("job %s: could not snooze it (%s)", job.id, exc)
-                status = None
-            self._forget(entry)
-            return functools.partial(self._report_snooze, entry, outcome, status)
-        if outcome.unknown_task:  # a task this worker does not know: back for one that does
-            runs = [(job.id, outcome.fence, outcome.snooze or 0.0)]
-            try:
-                self._db(lambda: Job.objects.snooze(self.worker_id, runs))
-            except DatabaseError as exc:  # left to its lease
-                logger.error("job %s: could not give it back (%s)", job.id, exc)
-            self._forget(entry)
-            return functools.partial(self._report_unknown_task, entry, outcome)
-        if outcome.snooze is not None:  # no rate-limit permit: the job waits, no attempt used
-            runs = [(job.id, outcome.fence, outcome.snooze)]
-            try:
-                self._db(lambda: Job.objects.snooze(self.worker_id, runs))
-            except DatabaseError as exc:  # left to its lease
-                logger.error("job %s: could not put it back to wait for a permit (%s)", job.id, exc)
-            self._forget(entry)
-            return functools.partial(
-                signals.send,
-                signals.job_rate_limited,
-                job=job,
-                worker_id=self.worker_id,
-                delay=outcome.snooze,
-            )
-        try:
-            status = self._db(
-                lambda: Job.objects.fail(
-                    job.id, self.worker_id, outcome.error, backoff_seconds=outcome.backoff,
-                    permanent=outcome.permanent, fence=outcome.fence, error_class=outcome.error_class,
-                    discard=outcome.discard,
-                )
-            )  # fmt: skip
-        except DatabaseError as exc:  # its error text was refused: never retry the same write
-            status = self._fail_plainly(
-                entry, outcome, f"the job failed; its error could not be stored: {exc}"
-            )
-        self._forget(entry)
-        self._settled_others()  # a job ended DEAD or CANCELLED settles its dependents
-        return functools.partial(self._report_failure, entry, outcome, status)

@@ -62,6 +62,7 @@ class Running:
     # was sent: the lease runs at least LEASE_SECONDS from then, never longer than that is known
     renewed_at: float = 0.0
     lost: bool = False  # a heartbeat found the job no longer ours: never start it
+    permitted: bool = False  # claimed with a permit of its queue's rate limit (worker/rationing.py)
     cancel: CancelSignal = field(default_factory=CancelSignal)  # set when a heartbeat finds a cancel asked
 
     @property
@@ -97,6 +98,12 @@ class Lane:
     give_back_at: float = 0.0  # monotonic time before which unstarted ones are not offered again
     look_past_at: float = 0.0  # monotonic time before which a claim does not look past held-back jobs
     claimed_after: int = 0  # the worker's ended-jobs count as this lane's last claim was sent
+    # rate-limited queues (worker/rationing.py), written by the dispatcher only: monotonic time at which
+    # the bucket of a queue whose permits ran out has one again (the lane waits for it, not for the
+    # poll); and time before which a queue whose claim found fewer due jobs than permits is not asked
+    # for permits again (a wake-up clears it)
+    permit_at: dict[str, float] = field(default_factory=dict)
+    dry: dict[str, float] = field(default_factory=dict)
 
     def _short(self) -> bool:
         return self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS
@@ -138,6 +145,11 @@ class Lane:
         """Seconds until a current run passes the short-run threshold (None: none will)."""
         left = [began + SHORT_RUN_SECONDS - now for began in self.started.values()]
         return min((t for t in left if t > 0), default=None)
+
+    def next_permit(self) -> float | None:
+        """When the first of the rate-limited queues whose permits ran out has one again (None: no
+        queue waits for one)."""
+        return min(self.permit_at.values(), default=None)
 
     def ran(self, seconds: float) -> None:
         """Fold one run's duration into the average. Holds cond."""

@@ -116,12 +116,13 @@ class CancelledRun(Exception):
     and that write) rolls back, and the run ends CANCELLED."""
 
 
-def permit_wait(task: Task[Any, Any], queue: str) -> float | None:
+def permit_wait(task: Task[Any, Any], queue: str, *, permitted: bool = False) -> float | None:
     """None when the task's and the queue's rate limits (if any) grant a start now; otherwise the
-    seconds until the next permit is expected (one permit's interval). Without the database the
-    limit fails closed: no start, try again after JOBQ["POLL_INTERVAL"]."""
+    seconds until the next permit is expected (one permit's interval). ``permitted``: the queue's
+    permit was taken with the claim (worker/rationing.py). Without the database the limit fails
+    closed: no start, try again after JOBQ["POLL_INTERVAL"]."""
     conf = jobq_settings()
-    options = conf.queues.get(queue)
+    options = None if permitted else conf.queues.get(queue)
     queue_rate = options.rate_limit if options is not None else None
     if task.rate_limit is None and queue_rate is None:
         return None
@@ -196,12 +197,15 @@ class SlotRunner:
             self._loop = None
 
     def run(
-        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal | None = None
-    ) -> Outcome:
+        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal | None = None,
+        *, permitted: bool = False,
+    ) -> Outcome:  # fmt: skip
+        """``permitted``: the job was claimed with its queue's rate-limit permit (its first start
+        takes none; a retry in the slot does)."""
         if self.own_connections:
             close_old_connections()
         try:
-            return self._run(job, fence, attempt, on_attempt, cancel or CancelSignal())
+            return self._run(job, fence, attempt, on_attempt, cancel or CancelSignal(), permitted)
         except Exception as exc:  # never let a job end the slot: a failure like any other, retried
             return Outcome(fence=fence, attempt=attempt, error=format_error(exc), error_class=class_path(exc))
         finally:
@@ -209,7 +213,7 @@ class SlotRunner:
                 close_old_connections()
 
     def _run(
-        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal
+        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal, permitted: bool
     ) -> Outcome:
         task = resolve_task(job.task)
         if task is None:
@@ -222,8 +226,9 @@ class SlotRunner:
                 return Outcome(
                     fence=fence, attempt=attempt, error="cancelled before it started", discard=True
                 )
-            if (wait := permit_wait(task, job.queue)) is not None:
+            if (wait := permit_wait(task, job.queue, permitted=permitted)) is not None:
                 return Outcome(fence=fence, attempt=attempt, snooze=wait)
+            permitted = False  # a retry in the slot takes a permit of its own
             started = time.monotonic()
             signals.send(signals.job_started, job=job, worker_id=self.worker_id)
             try:

@@ -72,7 +72,9 @@ class SlotMixin(WorkerBase):
             return True
 
         try:
-            outcome = runner.run(entry.job, entry.fence, entry.attempt, on_attempt, entry.cancel)
+            outcome = runner.run(
+                entry.job, entry.fence, entry.attempt, on_attempt, entry.cancel, permitted=entry.permitted
+            )
         except BaseException as exc:  # never let a job end the slot
             outcome = Outcome(fence=current.fence, attempt=current.attempt, error=format_error(exc))
         if current.timed_out and not outcome.abandoned:  # whatever it returned: failed, as timed out

@@ -1,6 +1,6 @@
-"""JOBQ["QUEUES"][q]["MAX_DEPTH"]: past the limit enqueue raises QueueFull and writes nothing, whatever
-brought the jobs back to PENDING; under concurrent producers the depth exceeds the limit by at most one
-job per concurrent call; an enqueue that adds nothing to claim sends no NOTIFY."""
+"""JOBQ["QUEUES"][q]["MAX_DEPTH"]: past the limit (PENDING and RUNNING jobs) enqueue raises QueueFull
+and writes nothing, whatever brought the jobs back to PENDING; under concurrent producers the depth
+exceeds the limit by at most one job per concurrent call; an enqueue that adds nothing to claim sends no NOTIFY."""
 
 import datetime as dt
 import threading
@@ -15,7 +15,8 @@ from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, QueueState
 from django_jobq.notify.listener import connection_params
 from django_jobq.sql import POSTGRES as postgres
-from tests.conftest import open_enqueue, plan_nodes
+from django_jobq.tasks import task
+from tests.conftest import open_enqueue, plan_nodes, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -43,8 +44,39 @@ def test_enqueue_past_the_limit_raises_queue_full_and_writes_nothing(limit):
     assert Job.objects.enqueue("test.noop", queue="other")  # other queues are not limited
     job = Job.objects.claim("w1", queues=["small"])
     assert job is not None
-    assert Job.objects.enqueue("test.noop", queue="small")  # a claim made room
+    with pytest.raises(QueueFull):  # a RUNNING job is in the depth: a claim makes no room
+        Job.objects.enqueue("test.noop", queue="small")
+    assert Job.objects.complete(job.id, "w1", fence=job.fence)
+    assert Job.objects.enqueue("test.noop", queue="small")  # its end did
     assert pending() == 5
+
+
+HOLD = threading.Event()
+
+
+@task(name="test.held_for_backpressure")
+def held_for_backpressure() -> None:
+    HOLD.wait(30)
+
+
+@pytest.mark.p0
+def test_jobs_a_worker_holds_running_count_towards_the_depth(limit, worker_thread):
+    """Sequential enqueues while a worker holds jobs RUNNING never take the queue past MAX_DEPTH."""
+    limit(10)
+    HOLD.clear()
+    held = [Job.objects.enqueue("test.held_for_backpressure", queue="small") for _ in range(2)]
+    try:
+        worker_thread({"small": 2})
+        wait_until(
+            lambda: Job.objects.filter(id__in=held, status=JobStatus.RUNNING).count() == 2,
+            message="the worker holds two jobs",
+        )
+        assert all(Job.objects.enqueue("test.noop", queue="small") for _ in range(8))
+        with pytest.raises(QueueFull, match="MAX_DEPTH of 10 PENDING or RUNNING jobs"):
+            Job.objects.enqueue("test.noop", queue="small")
+        assert (pending(), Job.objects.filter(queue="small", status=JobStatus.RUNNING).count()) == (8, 2)
+    finally:
+        HOLD.set()
 
 
 def test_a_full_queue_neither_frees_a_key_nor_inserts(limit, python_clock):
@@ -79,7 +111,7 @@ def test_a_duplicate_in_a_full_queue_is_answered_as_a_duplicate(limit):
 def test_a_debounce_successor_needs_room_and_its_replacement_none(limit):
     """A debounce while its holder runs adds a job (the successor): it needs room; a later call of the
     burst only replaces the successor's payload, so it is accepted even in a full queue."""
-    limit(1)
+    limit(2)  # the holder, RUNNING, takes one place
     holder = Job.objects.enqueue("test.echo", {"v": 1}, queue="small", dedupe_key="k")
     assert Job.objects.claim("w1", queues=["small"]).id == holder
     filler = Job.objects.enqueue("test.noop", queue="small")
@@ -89,7 +121,8 @@ def test_a_debounce_successor_needs_room_and_its_replacement_none(limit):
         )
     assert Job.objects.filter(dedupe_key="k").count() == 1
     assert not Job.objects.get(id=holder).key_released  # nothing written, not even the key's passing
-    assert Job.objects.claim("w2", queues=["small"]).id == filler
+    claimed = Job.objects.claim("w2", queues=["small"])
+    assert claimed.id == filler and Job.objects.complete(filler, "w2", fence=claimed.fence)
     successor = Job.objects.enqueue(
         "test.echo", {"v": 3}, queue="small", dedupe_key="k", delay=5, on_duplicate="debounce"
     )
@@ -115,7 +148,7 @@ def test_enqueue_many_is_all_or_nothing(limit):
     assert pending() == 10
 
 
-def test_the_reapers_baseline_is_a_bound_that_claims_only_loosen(limit):
+def test_the_reapers_baseline_is_a_bound_that_finished_jobs_only_loosen(limit):
     limit(5)
     Job.objects.enqueue_many(NewJob("test.noop", queue="small") for _ in range(3))
     Job.objects.refresh_depths()
@@ -126,8 +159,11 @@ def test_the_reapers_baseline_is_a_bound_that_claims_only_loosen(limit):
     with pytest.raises(QueueFull):
         Job.objects.enqueue("test.noop", queue="small")
     Job.objects.refresh_depths()  # baseline 5: full
-    for _ in range(3):
-        Job.objects.claim("w1", queues=["small"])
+    jobs = [Job.objects.claim("w1", queues=["small"]) for _ in range(3)]
+    with pytest.raises(QueueFull):  # RUNNING, still in the depth
+        Job.objects.enqueue("test.noop", queue="small")
+    for job in jobs:
+        Job.objects.complete(job.id, "w1", fence=job.fence)
     assert [bool(Job.objects.enqueue("test.noop", queue="small")) for _ in range(3)] == [True] * 3
     with pytest.raises(QueueFull):
         Job.objects.enqueue("test.noop", queue="small")

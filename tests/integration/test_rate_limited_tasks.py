@@ -5,13 +5,16 @@ import datetime as dt
 import json
 import signal
 import subprocess
+import time
 
 import pytest
 
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus
+from django_jobq.ratelimit import TokenBucket
 from django_jobq.tasks import task
+from django_jobq.worker import Worker
 from tests.conftest import start_worker, wait_until
 from tests.testapp.models import Execution
 
@@ -58,6 +61,7 @@ def test_a_queue_rate_limit_holds_across_workers():
     starts = drain(40, "slow:8", env=env, task="test.record", queue="slow")
     assert most_in_any_second(starts) <= 4 + 4
     assert set(Job.objects.filter(status=JobStatus.DONE).values_list("attempts", flat=True)) == {1}
+    assert max(Job.objects.values_list("fence", flat=True)) == 1  # no job claimed twice, by either worker
 
 
 @pytest.mark.parametrize("rate", ["5", "5/x", "0/s", "-1/s", "5/s/s", 5, "5/0s"])
@@ -86,3 +90,102 @@ def test_the_reaper_prunes_rate_limit_rows_at_rest(python_clock):
         clock.shift(60)
         assert Reaper().run_once().pruned_rates == 1
         assert bucket.acquire()  # a pruned key starts full, as it would have been
+
+
+class _Claims:
+    """Counts, from an in-process worker's signals, the jobs its lanes claimed and the starts a
+    rate limit refused."""
+
+    def __init__(self):
+        from django_jobq import signals
+
+        self.claimed = self.refused = 0
+        self._signals = signals
+        signals.jobs_claimed.connect(self._claimed, weak=False)
+        signals.job_rate_limited.connect(self._refused, weak=False)
+
+    def _claimed(self, sender=None, claimed=0, **kwargs):
+        self.claimed += claimed
+
+    def _refused(self, sender=None, **kwargs):
+        self.refused += 1
+
+    def close(self):
+        self._signals.jobs_claimed.disconnect(self._claimed)
+        self._signals.job_rate_limited.disconnect(self._refused)
+
+
+@pytest.mark.p0
+@pytest.mark.parametrize("lanes", [{"limited": 4}, {"*": 4}])
+def test_a_rate_limited_queue_is_claimed_no_faster_than_its_permits(worker_thread, settings, lanes):
+    """40 due jobs of a queue limited to 10/s: the worker claims each job once (a claim it could
+    not start would be a refusal, a write and a claim more), and never holds one it has no permit
+    for."""
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"limited": {"RATE_LIMIT": "10/s"}}}
+    ids = Job.objects.enqueue_many(NewJob("test.record", queue="limited") for _ in range(40))
+    claims = _Claims()
+    try:
+        worker_thread(lanes)
+        wait_until(
+            lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 40,
+            timeout=60,
+            message="40 jobs done",
+        )
+    finally:
+        claims.close()
+    assert Execution.objects.filter(job_id__in=ids).count() == 40
+    print(
+        "FIGURES",
+        lanes,
+        claims.claimed,
+        claims.refused,
+        sum(Job.objects.filter(id__in=ids).values_list("fence", flat=True)),
+    )
+    assert claims.refused == 0
+    assert claims.claimed / 40 <= 1.1
+    fences = Job.objects.filter(id__in=ids).values_list("fence", flat=True)
+    assert sum(fences) / 40 <= 1.1  # each job's fence counts the claims it went through
+
+
+def test_a_burst_worker_waits_for_the_permits_of_a_rate_limited_queue_and_drains_it(settings):
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"limited": {"RATE_LIMIT": "10/s"}}}
+    ids = Job.objects.enqueue_many(NewJob("test.record", queue="limited") for _ in range(15))
+    Worker({"*": 4}, burst=True).run()  # exits once nothing more is due, not when the bucket is empty
+    assert Job.objects.filter(id__in=ids, status=JobStatus.DONE, attempts=1, fence=1).count() == 15
+
+
+def _bucket_left(queue: str) -> int:
+    """The permits a queue's bucket holds now (taken, then given back)."""
+    bucket = TokenBucket(f"jobq:queue:{queue}", 5, 3600, 5)
+    taken, _ = bucket.take(5)
+    if taken:
+        bucket.give_back(taken)
+    return taken
+
+
+def test_permits_a_claim_found_no_job_for_go_back_to_the_bucket(worker_thread, settings):
+    """A lane takes permits for its free slots before it claims: those the claim does not use, and
+    those of jobs given back unstarted, return to the bucket; only started jobs spend one."""
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"limited": {"RATE_LIMIT": "5/h"}}}
+    first = Job.objects.enqueue("test.record", queue="limited")
+    worker_thread({"limited": 4})
+    wait_until(lambda: Job.objects.get(id=first).status == JobStatus.DONE, message="the first job done")
+    second = Job.objects.enqueue("test.record", queue="limited")  # its notification wakes the lane
+    wait_until(lambda: Job.objects.get(id=second).status == JobStatus.DONE, message="the second job done")
+    assert _bucket_left("limited") == 5 - 2
+
+
+def test_jobs_given_back_unstarted_return_their_permits(settings):
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"limited": {"RATE_LIMIT": "5/h"}}}
+    Job.objects.enqueue_many(NewJob("test.noop", queue="limited") for _ in range(3))
+    worker = Worker({"limited": 1})
+    lane = worker.lanes["limited"]
+    rations = worker._rations(lane, 3)  # a lane holding three: one for its slot, two claimed ahead
+    assert rations == {"limited": 3} and _bucket_left("limited") == 2
+    _, jobs = Job.objects.complete_and_claim(worker.worker_id, [], 3, "limited", rations=rations)
+    worker._hand_out(lane, jobs, time.monotonic(), rations)
+    worker.stopping.set()  # a stopping worker gives back what no slot started
+    worker._give_back_unstarted(lane)
+    assert Job.objects.filter(status=JobStatus.PENDING, attempts=0).count() == 3
+    assert _bucket_left("limited") == 5
+    worker._side_writer.close()

@@ -121,6 +121,49 @@ def test_acquire_of_n_takes_n_permits_or_none():
     assert window.acquire() is False
 
 
+def test_take_takes_as_many_permits_as_the_bucket_holds_and_says_when_the_next_comes(python_clock):
+    with time_machine.travel(T0, tick=False) as clock:
+        bucket = TokenBucket(fresh("take"), rate=2, per=10, burst=5)  # a token every 5 s
+        assert bucket.take(3) == (3, 0.0)  # a new key: a full bucket
+        assert bucket.take(3) == (2, 5.0)  # the 2 left; the next whole one in 5 s
+        clock.shift(2)
+        assert bucket.take(1) == (0, pytest.approx(3.0))  # none taken, nothing written
+        clock.shift(3)
+        assert bucket.take(9) == (1, 5.0)
+        assert bucket.acquire() is False
+
+
+def test_100_threads_taking_up_to_3_from_a_bucket_of_10_get_exactly_10_permits(monkeypatch):
+    monkeypatch.setattr(autocommit, "POOL_SIZE", 16)
+    bucket = TokenBucket(fresh("take-race"), rate=1, per=SLOW, burst=10)
+    bucket.acquire()  # the row exists: every take goes through its lock
+    barrier, granted = threading.Barrier(100), []
+
+    def take() -> None:
+        barrier.wait()
+        granted.append(bucket.take(3)[0])
+
+    threads = [threading.Thread(target=take) for _ in range(100)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(granted) == 100 and sum(granted) == 9
+    assert bucket.acquire() is False
+
+
+def test_permits_given_back_can_be_taken_again_up_to_the_burst(python_clock):
+    with time_machine.travel(T0, tick=False) as clock:
+        bucket = TokenBucket(fresh("give-back"), rate=1, per=10, burst=4)
+        assert bucket.take(4) == (4, 10.0)
+        bucket.give_back(3)
+        assert bucket.take(4) == (3, 10.0)
+        clock.shift(5)
+        bucket.give_back(4)  # half a token refilled, four put back: full, no more
+        assert bucket.take(9) == (4, 10.0)
+        TokenBucket(fresh("give-back"), rate=1, per=10, burst=4).give_back(1)  # no row: full, no write
+
+
 # -- time: refill and slide on the database clock ----------------------------------------------------
 def test_a_bucket_refills_at_its_rate_up_to_its_burst(python_clock):
     with time_machine.travel(T0, tick=False) as clock:

@@ -1,12 +1,16 @@
 """The worker run in-process: tasks, results, retries, timeouts, lanes, wake-ups, signals."""
 
+import io
+import logging
 import threading
 import time
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from django.db import transaction
 
+import django_jobq
 from django_jobq import backoff, signals
 from django_jobq.managers import NewJob
 from django_jobq.models import Job, JobStatus, WorkerRecord
@@ -299,3 +303,45 @@ def test_a_killed_listen_connection_is_replaced(worker_thread):
     wait_until(lambda: Job.objects.get(id=jid).status == JobStatus.DONE, timeout=poll * 2)
     job = Job.objects.get(id=jid)
     assert (job.started_at - job.created_at).total_seconds() < poll / 5  # woken, not polled
+
+
+@django_jobq.task(name="test.twice_an_hour", rate_limit="2/h")
+def twice_an_hour():
+    return None
+
+
+def test_processed_counts_runs_that_ended_not_starts_a_rate_limit_refused(worker_thread):
+    """Five jobs of a task allowed twice an hour: two run, three wait for a permit (refused, each at
+    least once); the worker has processed two jobs."""
+    refused = []
+
+    def on_refusal(sender=None, job=None, **kwargs):
+        refused.append(job.id)
+
+    signals.job_rate_limited.connect(on_refusal, weak=False)
+    try:
+        ids = Job.objects.enqueue_many(NewJob("test.twice_an_hour") for _ in range(5))
+        worker = worker_thread({"default": 2})
+        wait_until(
+            lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 2, message="2 done"
+        )
+        wait_until(lambda: len(set(refused)) == 3, message="3 refused")
+    finally:
+        signals.job_rate_limited.disconnect(on_refusal)
+    worker.stop()
+    wait_until(worker.finished.is_set, message="the worker stopped")
+    assert worker.processed == 2
+    assert Job.objects.filter(id__in=ids, status=JobStatus.PENDING, attempts=0).count() == 3
+
+
+def test_the_worker_command_says_it_stopped_once(caplog):
+    Job.objects.enqueue("test.noop")
+    out = io.StringIO()
+    with caplog.at_level(logging.INFO, logger="django_jobq"):
+        call_command("jobq_worker", "--burst", "--worker-id", "once", stdout=out)
+    stopped = [r.getMessage() for r in caplog.records if "stopped after" in r.getMessage()]
+    assert stopped == ["worker once stopped after 1 job(s)"]
+    assert "stopped after" not in out.getvalue()  # logged, not printed again
+    out = io.StringIO()
+    call_command("jobq_worker", "--burst", "--worker-id", "quiet", stdout=out)  # its log quieter than INFO
+    assert "worker quiet stopped after 0 job(s)" in out.getvalue()

@@ -132,6 +132,7 @@ class Command(BaseCommand):
             if local is not None:
                 local.shutdown()
                 local.server_close()
-        self.stdout.write(f"worker {worker.worker_id} stopped after {worker.processed} job(s)")
+        if not logging.getLogger("django_jobq").isEnabledFor(logging.INFO):  # else the worker logged it
+            self.stdout.write(f"worker {worker.worker_id} stopped after {worker.processed} job(s)")
         if worker.exit_code:
             sys.exit(worker.exit_code)  # EXIT_STUCK: a lane stayed wedged; let the supervisor restart us

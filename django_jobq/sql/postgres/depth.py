@@ -1,16 +1,24 @@
 """PostgreSQL: backpressure, the MAX_DEPTH check of a queue (JOBQ["QUEUES"][q]["MAX_DEPTH"]).
 
-An exact count of a queue's PENDING jobs costs as much as its depth, too much for every enqueue into a
-deep queue. So each enqueue into a capped queue checks an upper bound first:
+A queue's depth is its jobs waiting or running: PENDING and RUNNING. RUNNING counts because a worker
+holds claimed jobs RUNNING before it starts them (a lane claims ahead of its slots, up to slots x
+CLAIM_AHEAD), and the database cannot tell those from the started ones: counting PENDING only, every
+job a worker holds would be room for one more, and the queue would hold MAX_DEPTH plus what the workers
+hold. RUNNING jobs are few (at most every worker's slots and claimed-ahead jobs: the lease index's
+rows), so counting them costs little.
+
+An exact count of a queue's depth costs as much as its depth, too much for every enqueue into a deep
+queue. So each enqueue into a capped queue checks an upper bound first:
 
     depth <= depth_count + (last id handed out now - depth_seq)
 
 from the baseline the reaper records in jobq_queue every pass: depth_seq, the id sequence's last value,
-and depth_count, the queue's jobs that are PENDING or may become PENDING again, counted after it:
-PENDING, RUNNING (released, retried, snoozed or reaped back) and DEAD (requeued). A DONE job never comes
-back. So every job PENDING now either has an id above depth_seq (counted by the difference, whatever its
-queue and whether it committed) or was in depth_count; jobs claimed, finished or deleted since only
-make the bound looser, and a baseline stays a bound however old it is.
+and depth_count, the queue's jobs that are in the depth or may come back to it, counted after it:
+PENDING, RUNNING and DEAD (requeued). A DONE job never comes back. So every job PENDING or RUNNING now
+either has an id above depth_seq (counted by the difference, whatever its queue and whether it
+committed) or was in depth_count (a job moves between PENDING and RUNNING, counted in both states, and
+back from DEAD); jobs finished or deleted since only make the bound looser, and a baseline stays a bound
+however old it is.
 
 That holds only if the count sees every job of the queue with an id up to depth_seq: a job inserted by
 a transaction still open at the count would be in neither term. The depth lock closes that gap. Every
@@ -22,11 +30,11 @@ depth_seq had ended before the reaper got the lock, so the count sees its jobs. 
 producer's open transaction holds keeps its previous baseline that pass.
 
 When the bound leaves room, enqueue goes ahead at the cost of one primary-key read; otherwise it
-counts the queue's PENDING jobs exactly (at most MAX_DEPTH entries of the claim index), in the
-caller's snapshot: exact for sequential calls. N producers enqueueing into the last free places at
-once, or whose inserts are still uncommitted, are not in each other's snapshot and can all pass: the
-depth exceeds MAX_DEPTH by at most the jobs those concurrent calls insert (one each for enqueue), and
-stops there once they commit.
+counts the queue's PENDING jobs (at most MAX_DEPTH entries of the claim index) and RUNNING jobs (the
+lease index's rows, whose queue is read from the table) exactly, in the caller's snapshot: exact for
+sequential calls. N producers enqueueing into the last free places at once, or whose inserts are still
+uncommitted, are not in each other's snapshot and can all pass: the depth exceeds MAX_DEPTH by at most
+the jobs those concurrent calls insert (one each for enqueue), and stops there once they commit.
 """
 
 from .terms import DEAD, PENDING, RUNNING
@@ -48,16 +56,19 @@ def gate(queue: str) -> str:
 
 
 def room(queue: str, n: str, limit: str) -> str:
-    """A boolean expression: ``n`` more PENDING jobs fit in ``queue`` under ``limit`` (NULL: no limit),
-    the queue's depth lock taken. CASE evaluates its branches in order and each subquery only when
-    reached, so the exact count runs only when the bound does not settle it."""
+    """A boolean expression: ``n`` more jobs fit in ``queue``'s depth (its PENDING and RUNNING jobs)
+    under ``limit`` (NULL: no limit), the queue's depth lock taken. CASE evaluates its branches in
+    order and each subquery only when reached, so the exact count runs only when the bound does not
+    settle it."""
     return f"""(CASE
     WHEN {limit} IS NULL THEN true
     WHEN {gate(queue)} THEN false
     WHEN (SELECT s.depth_count + ({_LAST_ID} - s.depth_seq) FROM jobq_queue AS s
           WHERE s.name = {queue} AND s.depth_seq IS NOT NULL) + {n} <= {limit} THEN true
     ELSE (SELECT count(*) FROM (SELECT 1 FROM jobq_job WHERE status = {PENDING} AND queue = {queue}
-                               LIMIT {limit}) AS d) + {n} <= {limit}
+                               LIMIT {limit}) AS d)
+         + (SELECT count(*) FROM (SELECT 1 FROM jobq_job WHERE status = {RUNNING} AND queue = {queue}
+                                 LIMIT {limit}) AS r) + {n} <= {limit}
 END)"""
 
 

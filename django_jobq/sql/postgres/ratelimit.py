@@ -88,6 +88,65 @@ WITH seen AS (
 SELECT * FROM taken
 """
 
+# bucket_take: take as many of %(n)s tokens as the bucket holds whole now (none lent), for a caller that
+# can use fewer (the worker's claim of a rate-limited queue). As for bucket_acquire, a snapshot that shows
+# less than one whole token refuses at once, with no lock and no write. Otherwise the key's row is read
+# FOR UPDATE, which waits for whoever holds it and returns its latest committed version: the count is
+# the one DO UPDATE would see, so the takes of a key are granted one after another, each from what
+# the one before left. The UPDATE then writes that row (held by this statement) from the locked count.
+# A key with no row is a full bucket: the insert takes up to %(burst)s, and a concurrent first insert
+# of the same key makes it take nothing (ON CONFLICT DO NOTHING; the caller asks again). RETURNING
+# (taken, tokens left): (0, the tokens there are) when there is not one whole token; no row only after
+# that lost insert.
+BUCKET_TAKE = f"""
+WITH seen AS (
+    SELECT s.tokens FROM jobq_rate_bucket AS b, LATERAL {_BUCKET} AS s WHERE b.key = %(key)s
+), locked AS MATERIALIZED (
+    SELECT b.tokens, b.updated_at FROM jobq_rate_bucket AS b
+    WHERE b.key = %(key)s AND (SELECT tokens FROM seen) >= 1 FOR UPDATE
+), counted AS MATERIALIZED (
+    SELECT s.tokens, s.at, LEAST({_N}, floor(GREATEST(s.tokens, 0)))::int AS granted
+    FROM locked AS b, LATERAL {_BUCKET} AS s
+), updated AS (
+    UPDATE jobq_rate_bucket AS b
+    SET (tokens, updated_at, idle_at, rest_at) = (c.tokens - c.granted, c.at, i.idle_at, {_rest_at("i.idle_at")})
+    FROM counted AS c, LATERAL (SELECT c.at + make_interval(
+        secs => (%(burst)s::float8 - (c.tokens - c.granted)) / %(fill)s::float8) AS idle_at) AS i
+    WHERE b.key = %(key)s AND c.granted > 0
+    RETURNING c.granted, b.tokens
+), inserted AS (
+    INSERT INTO jobq_rate_bucket AS b (key, tokens, updated_at, idle_at, rest_at)
+    SELECT %(key)s, %(burst)s::float8 - g.n, c.t, i.idle_at, {_rest_at("i.idle_at")}
+    FROM (SELECT LEAST({_N}, %(burst)s::int) AS n) AS g, (SELECT {CLOCK} AS t) AS c,
+         LATERAL (SELECT c.t + make_interval(secs => g.n / %(fill)s::float8) AS idle_at) AS i
+    WHERE NOT EXISTS (SELECT FROM seen)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING round(%(burst)s::float8 - b.tokens)::int, b.tokens
+)
+SELECT * FROM updated
+UNION ALL SELECT * FROM inserted
+UNION ALL SELECT 0, tokens FROM counted WHERE granted = 0
+UNION ALL SELECT 0, tokens FROM seen WHERE tokens < 1
+"""
+
+# bucket_give_back: put %(n)s tokens taken and never used back into the bucket, at most up to
+# %(burst)s (DO UPDATE's reasoning: UPDATE counts on the row's latest committed version, under its
+# lock). The tokens are counted at the clock, as a grant counts them: put back then, they leave the
+# bucket where it would be had they not been taken (a full bucket stays full; a key without a row is
+# full already: nothing to write). RETURNING: the tokens it now holds (no row: the key has none).
+BUCKET_GIVE_BACK = f"""
+UPDATE jobq_rate_bucket AS b
+SET (tokens, updated_at, idle_at, rest_at) = (
+    SELECT r.tokens, s.at, i.idle_at, {_rest_at("i.idle_at")}
+    FROM {_BUCKET} AS s,
+         LATERAL (SELECT LEAST(%(burst)s::float8, s.tokens + {_N}) AS tokens) AS r,
+         LATERAL (SELECT s.at + make_interval(
+             secs => (%(burst)s::float8 - r.tokens) / %(fill)s::float8) AS idle_at) AS i
+)
+WHERE b.key = %(key)s
+RETURNING b.tokens
+"""
+
 # -- sliding window ----------------------------------------------------------------------------------
 # The window's log is a JSON array of the epoch microseconds of its permits, in time order (one number
 # per permit, granted or reserved). A stamp s is live at time t while s > t - window: a permit shares a
