@@ -300,7 +300,7 @@ def call_options(task: Any) -> None:
 
 
 def option_problems(alias: str, options: Any, queues: Any) -> list[CheckMessage]:
-    """jobq.E101-E104: the backend's OPTIONS and QUEUES."""
+    """jobq.E101-E104: the backend's OPTIONS and QUEUES (a list; empty: any queue, as in Django)."""
     where = f"TASKS[{alias!r}]"
     hint = "See docs/guide/django-tasks.md."
     if not isinstance(options, dict):
@@ -330,13 +330,14 @@ def option_problems(alias: str, options: Any, queues: Any) -> list[CheckMessage]
                 raise ConfigurationError("TIMEOUT must be positive")
         except JobqError as exc:
             problems.append(Error(f"{where}['OPTIONS']['TIMEOUT']: {exc}", hint=hint, id="jobq.E103"))
-    if queues is not None:
+    if queues is not None:  # an empty list: any queue, as Django reads it
         names = list(queues) if isinstance(queues, list | tuple | set | frozenset) else None
-        if not names:
+        if names is None:
             problems.append(
                 Error(
-                    f"{where}['QUEUES'] names no queue: {queues!r:.100}",
-                    hint="List the queue names tasks may use, or leave QUEUES out for ['default'].",
+                    f"{where}['QUEUES'] must be a list of queue names, not {queues!r:.100}",
+                    hint="List the queue names tasks may use ([] for any), or leave QUEUES out for "
+                    "['default'].",
                     id="jobq.E104",
                 )
             )
