@@ -3,6 +3,7 @@
 import datetime as dt
 import subprocess
 
+import django
 import pytest
 import time_machine
 from django.db import transaction
@@ -232,6 +233,9 @@ def test_a_retry_after_a_lost_worker_sees_every_attempt():
 
 
 # -- what a run records, through the worker's own code on the test's connection (run_jobs) ----------
+TASKS_LOGGER = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"  # the backport's name
+
+
 @pytest.fixture
 def finished_signals():
     seen = []
@@ -277,14 +281,14 @@ def test_system_exit_is_a_failed_attempt_with_its_class_retried_per_policy(kind,
 @pytest.mark.django_db
 def test_a_return_value_that_is_not_json_fails_the_run_before_success_is_announced(finished_signals, caplog):
     result = dtasks.returns_a_function.enqueue()
-    with caplog.at_level("DEBUG", logger="django.tasks"):
+    with caplog.at_level("DEBUG", logger=TASKS_LOGGER):
         run_jobs()
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[0].exception_class is TypeError  # as Django's backends record it
     assert "Unsupported type" in result.errors[0].traceback
     assert finished_signals == [(TaskResultStatus.FAILED, ["builtins.TypeError"])]  # never SUCCESSFUL
-    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "django.tasks"]
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == TASKS_LOGGER]
     assert [level for level, _ in logged] == ["INFO", "ERROR"]  # started; finished, FAILED
     assert "state=FAILED" in logged[-1][1] and not any("SUCCESSFUL" in message for _, message in logged)
 
