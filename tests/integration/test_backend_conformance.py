@@ -1,8 +1,8 @@
 """Django's own ``tests/tasks/`` suite, run against JobqBackend (docs/guide/django-tasks.md, "Conformance").
 
 The suite is not copied here: it is read from the source distribution of the Django version installed
-(``pip download`` once per version, kept under ~/.cache/django-jobq/, or JOBQ_DJANGO_TASKS_TESTS: a
-folder holding Django's ``tests/tasks``), so each Django runs its own tests. Every test class of the
+(``pip download`` once per version, kept under ~/.cache/django-jobq/; or JOBQ_DJANGO_TASKS_TESTS, the
+path of a copy of Django's ``tests/tasks`` folder), so each Django runs its own tests. Every test class of the
 suite is subclassed here with TASKS pointing at JobqBackend, on a TestCase (each test rolled back)
 since the backend writes rows. A test of the Dummy or Immediate backend's own behaviour is adapted
 (``@adapted``: the same assertions at a queue's timing) or left out (``@not_applicable``), each with its
