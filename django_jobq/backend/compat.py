@@ -14,6 +14,7 @@ if django.VERSION >= (6, 0):
     from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 else:  # pragma: no cover - exercised in the Django 5.2 environment
     from django_tasks import (  # type: ignore[no-redef,import-not-found,assignment,unused-ignore]
         TaskContext,
@@ -42,6 +43,9 @@ else:  # pragma: no cover - exercised in the Django 5.2 environment
         task_finished,
         task_started,
     )
+    from django_tasks.utils import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+        normalize_json,
+    )
 
 # Does ``task()`` forward unknown keyword arguments to the backend's task_class? Django 6.1 and the
 # backport do; Django 6.0 does not (use django_jobq.backend.task there for jobq's options).
@@ -65,6 +69,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "normalize_json",
     "set_attr",
     "task",
     "task_backends",

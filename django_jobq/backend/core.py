@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from django.core.checks import CheckMessage, Error
-from django.utils import timezone
 
 from .. import validation
 from ..backoff import RetryPolicy
@@ -40,12 +39,15 @@ from .compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    normalize_json,
     task_backends,
     task_enqueued,
 )
 from .results import get_result
 
 if TYPE_CHECKING:
+    from ..managers.producing import Enqueued
+
     _TaskBase = Task[..., Any]  # generic in the type stubs only
 else:
     _TaskBase = Task
@@ -181,7 +183,12 @@ class JobqBackend(BaseTaskBackend):
 
         self.validate_task(task)  # as Django's backends do: TASKS may have changed since it was made
         name = task.module_path
-        arguments, keywords = list(args), dict(kwargs)
+        arguments: list[Any]
+        keywords: dict[str, Any]
+        try:  # Django's normal form of the arguments, with its TypeError for a type JSON has not
+            arguments, keywords = normalize_json(list(args)), normalize_json(dict(kwargs))  # type: ignore[assignment]
+        except (TypeError, ValueError) as exc:
+            raise ArgumentsNotJSON(f"{name}: {exc}") from None
         _check_arguments(task, arguments, keywords)
         payload = {"args": arguments, "kwargs": keywords}
         key = getattr(task, "dedupe_key", None)
@@ -198,26 +205,26 @@ class JobqBackend(BaseTaskBackend):
             "concurrency_key": getattr(task, "concurrency_key", None),
             "tags": getattr(task, "tags", None),
         }
-        job_id: int | None
+        row: Enqueued | None
         try:
             if key is not None and on_duplicate == "skip":
-                job_id, created = Job.objects.enqueue_or_get(name, payload, **options)
+                row, created = Job.objects.enqueue_or_get_row(name, payload, **options)
             else:
-                job_id, created = (
-                    Job.objects.enqueue(name, payload, on_duplicate=on_duplicate, **options),
+                row, created = (
+                    Job.objects.enqueue_row(name, payload, on_duplicate=on_duplicate, **options),
                     True,
                 )
         except PayloadTooLarge:
             raise
         except InvalidPayload as exc:
             raise ArgumentsNotJSON(f"{name}: {exc}") from None
-        if job_id is None:  # replace/debounce left a RUNNING or finished holder alone: its result
-            job_id, created = _key_holder(key, name), False
-        if not created:  # a duplicate: the result of the job holding the key
+        if row is None or not created:  # a duplicate: the result of the job holding the key
+            # (replace/debounce left a RUNNING or finished holder alone: that holder's)
+            job_id = _key_holder(key, name) if row is None else row.id
             result = get_result(self.alias, str(job_id))
-        else:
+        else:  # enqueued_at is the row's created_at, as get_result() reads it
             result = TaskResult(
-                task=task, id=str(job_id), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
+                task=task, id=str(row.id), status=TaskResultStatus.READY, enqueued_at=row.created_at,
                 started_at=None, finished_at=None, last_attempted_at=None, args=arguments,
                 kwargs=keywords, backend=self.alias, errors=[], worker_ids=[],
             )  # fmt: skip
@@ -293,7 +300,7 @@ def call_options(task: Any) -> None:
 
 
 def option_problems(alias: str, options: Any, queues: Any) -> list[CheckMessage]:
-    """jobq.E101-E104: the backend's OPTIONS and QUEUES."""
+    """jobq.E101-E104: the backend's OPTIONS and QUEUES (a list; empty: any queue, as in Django)."""
     where = f"TASKS[{alias!r}]"
     hint = "See docs/guide/django-tasks.md."
     if not isinstance(options, dict):
@@ -323,13 +330,14 @@ def option_problems(alias: str, options: Any, queues: Any) -> list[CheckMessage]
                 raise ConfigurationError("TIMEOUT must be positive")
         except JobqError as exc:
             problems.append(Error(f"{where}['OPTIONS']['TIMEOUT']: {exc}", hint=hint, id="jobq.E103"))
-    if queues is not None:
+    if queues is not None:  # an empty list: any queue, as Django reads it
         names = list(queues) if isinstance(queues, list | tuple | set | frozenset) else None
-        if not names:
+        if names is None:
             problems.append(
                 Error(
-                    f"{where}['QUEUES'] names no queue: {queues!r:.100}",
-                    hint="List the queue names tasks may use, or leave QUEUES out for ['default'].",
+                    f"{where}['QUEUES'] must be a list of queue names, not {queues!r:.100}",
+                    hint="List the queue names tasks may use ([] for any), or leave QUEUES out for "
+                    "['default'].",
                     id="jobq.E104",
                 )
             )

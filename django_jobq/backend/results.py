@@ -1,9 +1,10 @@
 """A job row as Django's TaskResult.
 
-Statuses: PENDING (new, or a retry scheduled) -> READY, RUNNING -> RUNNING, DONE -> SUCCESSFUL,
-DEAD -> FAILED, CANCELLED -> FAILED (Django has no cancelled status; ``cancelled_by`` and
-``last_error`` on the job row say who cancelled it). ``worker_ids`` has one entry per attempt, in order: the worker of each attempt in the
-row's error history, then the worker of the running or successful attempt. ``errors`` has one
+Statuses: PENDING (new, or a retry scheduled) and WAITING (its dependencies unfinished) -> READY,
+RUNNING -> RUNNING, DONE -> SUCCESSFUL, DEAD -> FAILED, CANCELLED -> FAILED (Django has no cancelled
+status; ``cancelled_by`` and ``last_error`` on the job row say who cancelled it). ``worker_ids`` has
+one entry per attempt, in order: the worker of each attempt in the row's error history, then the
+worker of the running or successful attempt. ``errors`` has one
 TaskError per failed attempt, oldest first (as many as JOBQ["ERROR_HISTORY"] keeps).
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..conf import jobq_settings
+from ..status import JobStatus
 from .compat import TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_attr
 
 if TYPE_CHECKING:
@@ -26,8 +28,12 @@ RESULT_COLUMNS = (
     "id", "task", "queue", "priority", "status", "payload", "run_at", "created_at", "started_at",
     "finished_at", "worker_id", "errors", "result",
 )  # fmt: skip
-_STATUS = {0: TaskResultStatus.READY, 1: TaskResultStatus.RUNNING, 2: TaskResultStatus.SUCCESSFUL,
-           3: TaskResultStatus.FAILED, 4: TaskResultStatus.FAILED}  # fmt: skip
+_STATUS: dict[int, Any] = {
+    JobStatus.PENDING: TaskResultStatus.READY, JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.DONE: TaskResultStatus.SUCCESSFUL, JobStatus.DEAD: TaskResultStatus.FAILED,
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,
+    JobStatus.WAITING: TaskResultStatus.READY,  # its dependencies unfinished: not started, as READY
+}  # fmt: skip
 
 
 def django_task_of(entry: Any) -> Any:

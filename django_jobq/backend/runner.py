@@ -21,9 +21,19 @@ from django.utils import timezone
 
 from .. import registry
 from ..exceptions import InvalidPayload, PayloadMismatch, PermanentError
+from ..managers import result_json
 from ..tasks import _binding_problem, _signature
 from ..tasks import task as jobq_task
-from .compat import Task, TaskContext, TaskError, TaskResultStatus, set_attr, task_finished, task_started
+from .compat import (
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResultStatus,
+    normalize_json,
+    set_attr,
+    task_finished,
+    task_started,
+)
 from .results import running_result
 
 if TYPE_CHECKING:
@@ -91,7 +101,7 @@ def _runner(task: Any, backend: Any) -> Callable[..., Any]:
         async def run(context: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
             result, call_args = _start(task, backend, context, args, kwargs)
             try:
-                value = await task.func(*call_args, **kwargs)
+                value = _checked(await task.func(*call_args, **kwargs))
             except BaseException as exc:
                 _finish_failed(task, backend, context, result, exc)
                 raise
@@ -102,7 +112,7 @@ def _runner(task: Any, backend: Any) -> Callable[..., Any]:
         def run(context: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:  # type: ignore[misc]
             result, call_args = _start(task, backend, context, args, kwargs)
             try:
-                value = task.func(*call_args, **kwargs)
+                value = _checked(task.func(*call_args, **kwargs))
             except BaseException as exc:
                 _finish_failed(task, backend, context, result, exc)
                 raise
@@ -125,6 +135,15 @@ def _start(task: Any, backend: Any, context: JobContext, args: Any, kwargs: Any)
     call_args = [TaskContext(task_result=result), *args] if task.takes_context else list(args)
     _send(task_started, backend, result)
     return result, call_args
+
+
+def _checked(value: Any) -> Any:
+    """The task's return value as it is stored, checked before the run is announced SUCCESSFUL:
+    Django's normal form (a TypeError for a type JSON has not, as Django's backends raise), then
+    jobq's (strict JSON within JOBQ["MAX_RESULT_BYTES"])."""
+    value = normalize_json(value)
+    result_json(value)
+    return value
 
 
 def _finish_ok(backend: Any, result: Any, value: Any) -> Any:

@@ -116,6 +116,10 @@ class BaseJobManager(models.Manager["Job"]):
             jobs.append(self.model.from_db(connection.alias, attnames, ordered))
         return jobs
 
+    def _moment(self, value: Any) -> Any:
+        """A timestamp column's value from a raw row, as the ORM reads it (SQLite returns text)."""
+        return self._build(["created_at"], [(value,)])[0].created_at
+
     def _row_plan(self, connection: BaseDatabaseWrapper, names: tuple[str, ...]) -> _RowPlan:
         """How rows with columns ``names`` become instances: the converters (the backend's, e.g. text
         times on SQLite, and the field's, e.g. JSON, as the ORM applies them), where each concrete

@@ -37,6 +37,13 @@ class NewJob(NamedTuple):
     on_dependency_failure: str = "cancel"
 
 
+class Enqueued(NamedTuple):
+    """The row an enqueue wrote (or, replacing, updated): its id and created_at, as stored."""
+
+    id: int
+    created_at: dt.datetime
+
+
 ON_DUPLICATE = ("skip", "replace", "debounce")
 DEBOUNCE_TRIES = 3  # a holder claimed after the statement's snapshot is freed on the next try
 ENQUEUE_OR_GET_TRIES = 10  # a holder committed after the statement's snapshot is seen on the next try
@@ -109,16 +116,16 @@ class ProducerManager(BaseJobManager):
         task: str,
         payload: dict[str, Any] | None,
         *,
-        queue: str | None,
-        priority: int | None,
-        run_at: dt.datetime | None,
-        delay: float | dt.timedelta | None,
-        dedupe_key: str | None,
-        max_attempts: int | None,
-        dedupe_done: float | dt.timedelta | None,
-        dedupe_dead: float | dt.timedelta | None,
-        concurrency_key: str | None,
-        tags: Sequence[str] | None,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        delay: float | dt.timedelta | None = None,
+        dedupe_key: str | None = None,
+        max_attempts: int | None = None,
+        dedupe_done: float | dt.timedelta | None = None,
+        dedupe_dead: float | dt.timedelta | None = None,
+        concurrency_key: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         conf = jobq_settings()
         task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
@@ -165,11 +172,19 @@ class ProducerManager(BaseJobManager):
         hands the key to a new job, the successor, whose id is returned). tags: labels to find the
         job by (cancel_many, the admin); a replaced holder keeps its own.
         """
-        params = self._enqueue_params(
-            task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
-            concurrency_key=concurrency_key, tags=tags,
+        row = self.enqueue_row(
+            task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay, dedupe_key=dedupe_key,
+            max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
+            on_duplicate=on_duplicate, concurrency_key=concurrency_key, tags=tags,
         )  # fmt: skip
+        return None if row is None else row.id
+
+    def enqueue_row(
+        self, task: str, payload: dict[str, Any] | None = None, *, on_duplicate: str = "skip", **options: Any
+    ) -> Enqueued | None:
+        """enqueue(), answering the written row's id and created_at (the database's clock, from the
+        same statement), or None as enqueue() does."""
+        params = self._enqueue_params(task, payload, **options)
         mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
         params["max_depth"] = limit = jobq_settings().depth_limits().get(params["queue"])
         statement = self._enqueue_statement(
@@ -180,15 +195,15 @@ class ProducerManager(BaseJobManager):
         for _ in range(DEBOUNCE_TRIES if mode == "debounce" else 1):
             if limit is None:
                 rows = self._execute(statement, params)
-                job_id = rows[0][0] if rows else None
+                job_id, created_at = (rows[0][0], rows[0][-1]) if rows else (None, None)
             else:
-                room, job_id, _ = self._execute(statement, params)[0]
+                room, job_id, _, created_at = self._execute(statement, params)[0]
                 if not room:
                     raise self._full(params["queue"], limit)
             if job_id is not None:
                 if self._due(params):
                     self._wake([params["queue"]])
-                return job_id  # type: ignore[no-any-return]
+                return Enqueued(int(job_id), self._moment(created_at))
         return None
 
     def _enqueue_statement(self, mode: str, *, keyed: bool, gated: bool) -> Any:
@@ -249,13 +264,20 @@ class ProducerManager(BaseJobManager):
         """(job id, created): the job holding ``dedupe_key`` (active, or finished inside its window, a
         cache hit), or a new one this call inserted. One statement decides; see enqueue.
         DedupeKeyConflict when the holder is another task's job: its result is not this call's."""
-        if dedupe_key is None:
-            raise InvalidJob("enqueue_or_get needs a dedupe_key")
-        params = self._enqueue_params(
-            task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            dedupe_key=dedupe_key, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
+        row, created = self.enqueue_or_get_row(
+            task, payload, dedupe_key=dedupe_key, queue=queue, priority=priority, run_at=run_at,
+            delay=delay, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
             concurrency_key=concurrency_key, tags=tags,
         )  # fmt: skip
+        return row.id, created
+
+    def enqueue_or_get_row(
+        self, task: str, payload: dict[str, Any] | None = None, *, dedupe_key: str, **options: Any
+    ) -> tuple[Enqueued, bool]:
+        """enqueue_or_get(), answering the row's id and created_at (from the same statement)."""
+        if dedupe_key is None:
+            raise InvalidJob("enqueue_or_get needs a dedupe_key")
+        params = self._enqueue_params(task, payload, dedupe_key=dedupe_key, **options)
         params["max_depth"] = jobq_settings().depth_limits().get(params["queue"])
         sql = self._sql()
         statement = sql.ENQUEUE_OR_GET if params["max_depth"] is None else sql.ENQUEUE_OR_GET_GATED
@@ -263,11 +285,12 @@ class ProducerManager(BaseJobManager):
             rows = self._execute(statement, params)
             if rows:
                 job_id, created = int(rows[0][0]), bool(rows[0][1])
+                row = Enqueued(job_id, self._moment(rows[0][2]))
                 if created:
                     self._wake([params["queue"]])
-                    return job_id, True
+                    return row, True
                 if (holder := self._task_of(job_id)) == params["task"]:
-                    return job_id, False
+                    return row, False
                 if holder is not None:
                     raise DedupeKeyConflict(params["dedupe_key"], params["task"], job_id, holder)
                 continue  # the holder was deleted since the statement's snapshot: decide again

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from django.db import Error as DatabaseError
@@ -156,13 +159,33 @@ def class_path(exc: BaseException) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+# The code between a slot and the task's function: its frames are left out of a stored traceback.
+_CALLERS = (
+    *(str(Path(__file__).with_name(name)) for name in ("runner.py", "middleware.py")),
+    str(Path(__file__).parent.parent / "backend" / "runner.py"),
+    str(Path(asyncio.__file__).parent) + os.sep,  # the slot's event loop, for an async task
+)
+
+
 def format_error(exc: BaseException) -> str:
     """The exception with its traceback (no local variables, so no settings or secrets), as it is
-    stored and logged: NUL and lone surrogates escaped, cut to the stored length."""
+    stored and logged: from the task's call (a middleware's, if any), as Python prints it, NUL and
+    lone surrogates escaped, cut to the stored length."""
     try:
-        return validation.error_text("".join(traceback.format_exception(exc)).rstrip())
+        text = "".join(traceback.format_exception(type(exc), exc, _from_the_call(exc.__traceback__)))
+        return validation.error_text(text)
     except Exception:  # a hostile __str__ or traceback
         return f"{type(exc).__module__}.{type(exc).__qualname__} (its message could not be formatted)"
+
+
+def _from_the_call(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without the slot's and the event loop's frames on top: from the first frame of other
+    code (the task's, or a middleware's); all of it when nothing else is in it (a failure of the run
+    itself, e.g. its payload's check)."""
+    first = tb
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_CALLERS):
+        tb = tb.tb_next
+    return first if tb is None else tb
 
 
 class SlotRunner:
@@ -258,7 +281,7 @@ class SlotRunner:
                     fence=fence, attempt=attempt, error=error, error_class=class_path(exc), duration=duration,
                     backoff=policy.delay(attempt) if attempt < job.max_attempts else None,
                 )  # fmt: skip
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the task's, never the slot's
                 duration = time.monotonic() - started
                 error, error_class = format_error(exc), class_path(exc)
                 if cancel.is_set() or isinstance(exc, (Cancelled, *discards)):

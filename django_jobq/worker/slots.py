@@ -13,7 +13,7 @@ from ..models import Job
 from ..registry import find_task
 from .base import WorkerBase
 from .lanes import Lane, Running
-from .runner import Outcome, SlotRunner, format_error, timeout_outcome
+from .runner import Outcome, SlotRunner, class_path, format_error, timeout_outcome
 from .side import SideWriter
 
 logger = logging.getLogger("django_jobq")
@@ -76,7 +76,12 @@ class SlotMixin(WorkerBase):
                 entry.job, entry.fence, entry.attempt, on_attempt, entry.cancel, permitted=entry.permitted
             )
         except BaseException as exc:  # never let a job end the slot
-            outcome = Outcome(fence=current.fence, attempt=current.attempt, error=format_error(exc))
+            outcome = Outcome(
+                fence=current.fence,
+                attempt=current.attempt,
+                error=format_error(exc),
+                error_class=class_path(exc),
+            )
         if current.timed_out and not outcome.abandoned:  # whatever it returned: failed, as timed out
             outcome = timeout_outcome(current, outcome.duration)
         with self._lock:

@@ -73,6 +73,14 @@ def test_a_failed_run_is_retried_after_its_backoff_and_drain_names_it():
     assert caught.value.run.failed[0].task == "testing.fails"
 
 
+def test_a_task_raising_system_exit_fails_its_run_instead_of_ending_the_test():
+    job_id = t.exits.enqueue(kind="SystemExit")
+    done = run_jobs()
+    assert [r.status for r in done] == [JobStatus.PENDING]
+    assert done.failed[0].error.endswith("SystemExit: SystemExit in a task\n")
+    assert Job.objects.get(id=job_id).attempts == 1
+
+
 def test_retries_off_sends_a_failed_run_dead_at_once():
     job_id = t.fails.enqueue()
     assert [r.status for r in run_jobs(retries=False)] == [JobStatus.DEAD]

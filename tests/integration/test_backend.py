@@ -1,12 +1,14 @@
 """JobqBackend's public methods against a real PostgreSQL: enqueue, get_result, refresh, validation."""
 
 import asyncio
+import dataclasses
 import datetime as dt
 
 import psycopg
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobq.backend import JobqBackend, JobqTask, jobq_priority
@@ -107,6 +109,24 @@ def test_non_json_arguments_are_a_type_error_and_write_nothing():
     assert not Job.objects.exists()
 
 
+def test_non_json_arguments_are_refused_in_djangos_words_and_normalised_as_django_does():
+    with pytest.raises(ArgumentsNotJSON, match=r"Unsupported type: <class 'datetime\.datetime'>"):
+        dtasks.add.enqueue(timezone.now(), 1)
+    result = dtasks.add.enqueue(b"caf\xc3\xa9", b=(1, 2))  # as Django's TaskResult normalises them
+    assert Job.objects.get().payload == {"args": ["café"], "kwargs": {"b": [1, 2]}}
+    assert backend().get_result(result.id) == result
+
+
+def test_a_waiting_tasks_result_reads_ready():
+    first = dtasks.add.enqueue(1, 1)
+    waiting = Job.objects.enqueue(
+        "tests.testapp.dtasks.add", {"args": [2, 2], "kwargs": {}}, depends_on=[int(first.id)]
+    )
+    assert Job.objects.get(id=waiting).status == JobStatus.WAITING
+    result = dtasks.add.get_result(str(waiting))
+    assert result.status == TaskResultStatus.READY and not result.is_finished
+
+
 def test_arguments_that_do_not_fit_the_function_are_refused_at_enqueue():
     with pytest.raises(PayloadMismatch, match="do not fit"):
         dtasks.add.enqueue(1, 2, 3)
@@ -135,6 +155,20 @@ def test_get_result_and_refresh_follow_the_row():
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
     assert result.worker_ids == ["w1"] and result.attempts == 1
     assert dtasks.add.get_result(result.id).return_value == 5
+
+
+@pytest.mark.parametrize("options", [{}, {"dedupe_key": "k"}, {"dedupe_key": "k", "on_duplicate": "replace"}])
+def test_enqueue_answers_the_result_get_result_reads_in_one_statement(options):
+    with CaptureQueriesContext(connections["default"]) as queries:
+        result = dtasks.add.using(**options).enqueue(2, 3)
+    assert len(queries) == 1  # enqueued_at comes back from the insert itself
+    assert result.enqueued_at == Job.objects.get().created_at  # the database's clock, not Python's
+    assert backend().get_result(result.id).enqueued_at == result.enqueued_at
+    if not options:  # (a per-call jobq option is not part of the task get_result() answers)
+        assert backend().get_result(result.id) == result
+    before = dataclasses.asdict(result)
+    result.refresh()
+    assert dataclasses.asdict(result) == before
 
 
 def test_async_methods():

@@ -3,6 +3,7 @@
 import datetime as dt
 import subprocess
 
+import django
 import pytest
 import time_machine
 from django.db import transaction
@@ -11,6 +12,7 @@ from django.utils import timezone
 from django_jobq.backend import JobqBackend
 from django_jobq.backend.compat import TaskResultStatus, task_finished, task_started
 from django_jobq.models import Job, JobStatus
+from django_jobq.testing import run_jobs
 from django_jobq.worker import Worker
 from tests.conftest import start_worker, wait_until
 from tests.testapp import dtasks
@@ -229,3 +231,72 @@ def test_a_retry_after_a_lost_worker_sees_every_attempt():
     assert result.worker_ids == ["ghost-worker", worker.worker_id]
     assert [e.exception_class_path for e in result.errors] == ["django_jobq.exceptions.WorkerLost"]
     assert "lease expired" in result.errors[0].traceback
+
+
+# -- what a run records, through the worker's own code on the test's connection (run_jobs) ----------
+TASKS_LOGGER = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"  # the backport's name
+
+
+@pytest.fixture
+def finished_signals():
+    seen = []
+
+    def on_finished(sender, task_result, **kwargs):
+        seen.append((task_result.status, [e.exception_class_path for e in task_result.errors]))
+
+    task_finished.connect(on_finished)
+    yield seen
+    task_finished.disconnect(on_finished)
+
+
+@pytest.mark.django_db
+def test_a_failed_tasks_traceback_starts_at_its_function_and_ends_with_a_newline():
+    result = dtasks.always_fails.using(max_attempts=1).enqueue("t")
+    run_jobs()
+    result.refresh()
+    (error,) = result.errors
+    assert error.traceback.startswith("Traceback (most recent call last):\n  File ")
+    first = error.traceback.splitlines()[1]
+    assert first.endswith(", in always_fails") and "dtasks.py" in first  # none of django-jobq's frames
+    assert error.traceback.endswith("ValueError: boom t\n")  # as Django's own backends record it
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", ["SystemExit", "KeyboardInterrupt"])
+def test_system_exit_is_a_failed_attempt_with_its_class_retried_per_policy(kind, finished_signals):
+    result = dtasks.exits.enqueue(kind)
+    run_jobs()
+    result.refresh()
+    assert result.status == TaskResultStatus.READY and finished_signals == []  # max_attempts=2: again
+    Job.objects.filter(id=int(result.id)).update(run_at=timezone.now())  # its retry, due now
+    run_jobs()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert [e.exception_class for e in result.errors] == [
+        {"SystemExit": SystemExit}.get(kind, KeyboardInterrupt)
+    ] * 2
+    assert result.errors[-1].traceback.endswith(f"{kind}: {kind} in a task\n")
+    assert finished_signals == [(TaskResultStatus.FAILED, [f"builtins.{kind}"] * 2)]
+
+
+@pytest.mark.django_db
+def test_a_return_value_that_is_not_json_fails_the_run_before_success_is_announced(finished_signals, caplog):
+    result = dtasks.returns_a_function.enqueue()
+    with caplog.at_level("DEBUG", logger=TASKS_LOGGER):
+        run_jobs()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is TypeError  # as Django's backends record it
+    assert "Unsupported type" in result.errors[0].traceback
+    assert finished_signals == [(TaskResultStatus.FAILED, ["builtins.TypeError"])]  # never SUCCESSFUL
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == TASKS_LOGGER]
+    assert [level for level, _ in logged] == ["INFO", "ERROR"]  # started; finished, FAILED
+    assert "state=FAILED" in logged[-1][1] and not any("SUCCESSFUL" in message for _, message in logged)
+
+
+@pytest.mark.django_db
+def test_a_return_value_takes_djangos_normal_form():
+    result = dtasks.returns_bytes_and_a_tuple.enqueue()
+    run_jobs()
+    result.refresh()
+    assert result.return_value == {"text": "café", "pair": [1, 2]}

@@ -75,3 +75,19 @@ if FORWARDS_TASK_OPTIONS:  # Django 6.1 and the backport pass @task's extra opti
     @django_task(max_attempts=7, timeout=9)
     def forwarded():
         return "ok"
+
+
+@task(max_attempts=2, retry=QUICK)
+def exits(kind):
+    """Raises SystemExit or KeyboardInterrupt, as a task may (sys.exit(), a library's)."""
+    raise {"SystemExit": SystemExit, "KeyboardInterrupt": KeyboardInterrupt}[kind](f"{kind} in a task")
+
+
+@task(max_attempts=1)
+def returns_a_function():
+    return lambda: True
+
+
+@django_task
+def returns_bytes_and_a_tuple():
+    return {"text": b"caf\xc3\xa9", "pair": (1, 2)}

@@ -68,3 +68,14 @@ def django_add(a, b):
 @django_task
 def django_fails(label):
     raise ValueError(f"boom {label}")
+
+
+@django_jobq.task(name="testing.exits", max_attempts=3, retry=SLOW_RETRY)
+def exits(kind: str) -> None:
+    """Raises SystemExit or KeyboardInterrupt, as a task may (sys.exit(), a library's)."""
+    raise {"SystemExit": SystemExit, "KeyboardInterrupt": KeyboardInterrupt}[kind](f"{kind} in a task")
+
+
+@django_jobq.task(name="testing.async_fails", max_attempts=3, retry=SLOW_RETRY)
+async def async_fails(reason: str = "boom") -> None:
+    raise ValueError(reason)

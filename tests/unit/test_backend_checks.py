@@ -29,11 +29,12 @@ def test_good_options_pass():
         ({"MAX_ATTEMPTS": "3"}, None, ["jobq.E102"]),
         ({"TIMEOUT": 0}, None, ["jobq.E103"]),
         ({"TIMEOUT": -1}, None, ["jobq.E103"]),
-        ({}, [], ["jobq.E104"]),
+        ({}, [], []),  # any queue, as Django reads an empty list
+        ({}, "default", ["jobq.E104"]),
         ({}, ["*"], ["jobq.E104"]),
         (
             {"MAX_ATTEMPTS": 0, "TIMEOUT": "x", "COLOUR": 1},
-            [],
+            [""],
             ["jobq.E101", "jobq.E102", "jobq.E103", "jobq.E104"],
         ),
     ],

@@ -86,9 +86,9 @@ def _wake_due(alias: str) -> str:
 ENQUEUE = f"""
 WITH job AS (
     INSERT INTO jobq_job ({_COLUMNS}) VALUES ({_ONE})
-    RETURNING id, queue, run_at
+    RETURNING id, queue, run_at, created_at
 )
-SELECT id, {_wake_due("job")} FROM job
+SELECT id, {_wake_due("job")}, created_at FROM job
 """
 
 
@@ -112,10 +112,10 @@ _ROOM = f"room AS (SELECT {room('%(queue)s', '1', '%(max_depth)s::bigint')} AS o
 
 def _enqueue(*, keyed: bool, on_conflict: str = _SKIP, gated: bool = False, debounce: bool = False) -> str:
     """One job, with a dedupe key (the module's docstring has the rule) and/or under the queue's
-    MAX_DEPTH %(max_depth)s (``gated``: postgres_depth). Ungated: a row (id) when inserted or
-    replaced, none when the key's holder stays. Gated: always one row (room, id), id NULL when
-    nothing was inserted, room false when the queue was full (and nothing was written). Either way
-    the second column is the wake-up's (nothing to read)."""
+    MAX_DEPTH %(max_depth)s (``gated``: postgres_depth). Ungated: a row (id, _, created_at) when
+    inserted or replaced, none when the key's holder stays. Gated: always one row (room, id, _,
+    created_at), id NULL when nothing was inserted, room false when the queue was full (and nothing
+    was written). The column ``_`` is the wake-up's (nothing to read)."""
     ctes = [(_keyed_room(debounce=debounce) if keyed else _ROOM)] if gated else []
     if keyed:  # a full queue frees no key either: nothing is written
         freed = _FREE_DEBOUNCE if debounce else _FREE_ONE
@@ -127,13 +127,14 @@ def _enqueue(*, keyed: bool, on_conflict: str = _SKIP, gated: bool = False, debo
         source += ", room WHERE room.ok" if keyed else " FROM room WHERE room.ok"
     conflict = f"ON CONFLICT (dedupe_key) WHERE {HELD} {on_conflict}" if keyed else ""
     ctes.append(
-        f"job AS (\n    INSERT INTO jobq_job ({_COLUMNS}) {source}\n    {conflict}\n    RETURNING id, queue, run_at\n)"
+        f"job AS (\n    INSERT INTO jobq_job ({_COLUMNS}) {source}\n    {conflict}\n"
+        "    RETURNING id, queue, run_at, created_at\n)"
     )
     notify = _wake_due("job")  # NULL without a job (LEFT JOIN): no NOTIFY for a call that wrote nothing
     if gated:
-        select = f"SELECT room.ok, job.id, {notify} FROM room LEFT JOIN job ON true"
+        select = f"SELECT room.ok, job.id, {notify}, job.created_at FROM room LEFT JOIN job ON true"
     else:
-        select = f"SELECT job.id, {notify} FROM job"
+        select = f"SELECT job.id, {notify}, job.created_at FROM job"
     return "WITH " + ",\n".join(ctes) + "\n" + select
 
 
@@ -150,10 +151,10 @@ ENQUEUE_REPLACE_GATED = _enqueue(keyed=True, on_conflict=_REPLACE, gated=True)
 ENQUEUE_DEBOUNCE_GATED = _enqueue(keyed=True, on_conflict=_REPLACE, gated=True, debounce=True)
 
 
-# enqueue_or_get: ENQUEUE_KEYED, and when the key's holder stays, that holder: (id, created). The
-# holder is read from the statement's snapshot, leaving out a holder whose window is over (the one
-# "freed" released, or one a concurrent enqueue is releasing); a holder committed after the snapshot
-# is not visible either, and then no row comes back and the caller runs the statement again.
+# enqueue_or_get: ENQUEUE_KEYED, and when the key's holder stays, that holder: (id, created,
+# created_at). The holder is read from the statement's snapshot, leaving out a holder whose window is
+# over (the one "freed" released, or one a concurrent enqueue is releasing); a holder committed after
+# the snapshot is not visible either, and then no row comes back and the caller runs the statement again.
 # ENQUEUE_OR_GET_GATED inserts only when the queue's MAX_DEPTH leaves room; when no row comes back
 # the caller checks the room (DEPTH_FULL) before trying again.
 def _enqueue_or_get(gated: bool) -> str:
@@ -169,13 +170,13 @@ def _enqueue_or_get(gated: bool) -> str:
 WITH {room_cte}{freed}, job AS (
     INSERT INTO jobq_job ({_COLUMNS}) SELECT {_ONE} FROM (SELECT count(*) FROM freed) AS f{where}
     ON CONFLICT (dedupe_key) WHERE {HELD} DO NOTHING
-    RETURNING id, queue
+    RETURNING id, queue, created_at
 ), woken AS (
     SELECT {wake("queue")} FROM job
 )
-SELECT id, true FROM job, (SELECT count(*) FROM woken) AS w
+SELECT id, true, created_at FROM job, (SELECT count(*) FROM woken) AS w
 UNION ALL
-SELECT h.id, false FROM jobq_job AS h
+SELECT h.id, false, h.created_at FROM jobq_job AS h
 WHERE h.dedupe_key = %(dedupe_key)s AND NOT h.key_released AND NOT ({window_over("h")})
   AND NOT EXISTS (SELECT 1 FROM job)
 """

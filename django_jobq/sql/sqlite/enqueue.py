@@ -37,7 +37,7 @@ _REPLACE = f"""DO UPDATE SET payload = excluded.payload, priority = excluded.pri
     WHERE jobq_job.status = {PENDING} AND jobq_job.task = excluded.task"""
 
 
-def _insert(conflict: str = "", returning: str = "id, NULL") -> str:
+def _insert(conflict: str = "", returning: str = "id, NULL, created_at") -> str:
     target = f"ON CONFLICT (dedupe_key) WHERE {HELD} {conflict}" if conflict else ""
     return f"INSERT INTO jobq_job ({_COLUMNS}) VALUES ({_ONE})\n{target}\nRETURNING {returning}"
 
@@ -55,12 +55,12 @@ def _inserted_or_holder(results: list[Result]) -> Result:
     return results[1] if results[1].rows else results[2]
 
 
-# enqueue_or_get: (id, created): the job this call inserted, or the key's live holder.
+# enqueue_or_get: (id, created, created_at): the job this call inserted, or the key's live holder.
 ENQUEUE_OR_GET = Script(
     (
         _FREE_ONE,
-        _insert(_SKIP, returning="id, 1"),
-        f"""SELECT h.id, 0 FROM jobq_job AS h
+        _insert(_SKIP, returning="id, 1, created_at"),
+        f"""SELECT h.id, 0, h.created_at FROM jobq_job AS h
 WHERE h.dedupe_key = %(dedupe_key)s AND NOT h.key_released AND NOT ({window_over("h")})""",
     ),
     _inserted_or_holder,
