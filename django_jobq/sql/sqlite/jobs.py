@@ -33,9 +33,12 @@ def _append_error(entry: str) -> str:
     )
 
 
-def _error(text: str) -> str:
+def _error(text: str, error_class: str = "NULL") -> str:
+    """An error history entry, with the exception's class path when one failed the attempt (as on
+    PostgreSQL)."""
     return _append_error(
-        f"json_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', {text})"
+        f"json_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', {text}, "
+        f"'class', {error_class})"
     )
 
 
@@ -121,7 +124,7 @@ SET status = CASE WHEN {_ENDS_CANCELLED} THEN {CANCELLED} WHEN {_GIVE_UP} THEN {
     finished_at = CASE WHEN {_GIVE_UP} THEN {NOW} END,
     worker_id = CASE WHEN {_GIVE_UP} THEN worker_id END,
     lease_until = NULL, last_error = %(error)s, error_count = error_count + 1,
-    errors = {_error("%(error)s")}
+    errors = {_error("%(error)s", "%(error_class)s")}
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING status, NULL
 """
@@ -293,7 +296,7 @@ RETURNING id
 RETRY_IN_SLOT = f"""
 UPDATE jobq_job
 SET attempts = attempts + 1, fence = fence + 1, started_at = {NOW}, lease_until = {plus(NOW, "%(lease)s")},
-    last_error = %(error)s, error_count = error_count + 1, errors = {_error("%(error)s")}
+    last_error = %(error)s, error_count = error_count + 1, errors = {_error("%(error)s", "%(error_class)s")}
 WHERE id = %(id)s AND {_OWNED} AND fence = %(fence)s AND attempts < max_attempts AND NOT {_ASKED}
 RETURNING attempts, fence
 """
