@@ -242,6 +242,22 @@ class TaskFilter(_NameFilter):
     which = 1
 
 
+class _DeadNameFilter(_NameFilter):
+    """A dead-letter filter: only the names that have dead letters (dashboard.dead_letter_names)."""
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = per_request(request, "dead_names", dashboard.dead_letter_names)[self.which]
+        return [(name, name) for name in names]
+
+
+class DeadQueueFilter(_DeadNameFilter, QueueFilter):
+    pass
+
+
+class DeadTaskFilter(_DeadNameFilter, TaskFilter):
+    pass
+
+
 class ExceptionFilter(admin.SimpleListFilter):
     """Dead letters by the exception class that killed them (the last line of last_error)."""
 

@@ -285,6 +285,22 @@ def dead_letter_query() -> models.QuerySet[Any, Any]:
     )
 
 
+def dead_letter_names(limit: int = 500) -> tuple[list[str], list[str]]:
+    """(queues, tasks) that have dead letters: the dead-letter page's filters.
+
+    One DISTINCT over the (queue, task) pairs of the DEAD rows, read index-only and in order from
+    jobq_job_dead (partial on DEAD, on exactly those columns), at most ``limit`` pairs: the cost follows
+    the dead letters kept, never the DONE history.
+    """
+    dead = Job.objects.using(jobq_settings().database).filter(status=JobStatus.DEAD)
+    pairs = dead.order_by("queue", "task").values_list("queue", "task").distinct()[:limit]
+    queues, tasks = set(), set()
+    for queue, task in pairs:
+        queues.add(queue)
+        tasks.add(task)
+    return sorted(queues), sorted(tasks)
+
+
 def filter_names(limit: int = 500) -> tuple[list[str], list[str]]:
     """(queues, tasks) worth offering as admin filters, read from bounded indexes and the registry.
 

@@ -3,12 +3,14 @@ test_dashboard.py)."""
 
 import datetime as dt
 import json
+import re
 
 import pytest
 import time_machine
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobq.models import Job, JobStatus, WorkerRecord
@@ -98,6 +100,22 @@ def test_search_by_id_task_prefix_and_dedupe_key(admin_client):
     assert found("shop.") == {a.pk, b.pk}
     assert found("order-17") == {a.pk}
     assert found("nothing-like-it") == set()
+
+
+def test_a_numeric_search_asks_for_the_id_alone(admin_client):
+    """A number is a job id: "id = N" and nothing else, which the primary key answers (OR'ed with the
+    task prefix and the dedupe key, it read the whole table; test_plans.py has the plans)."""
+    job = make_job(task="shop.send_email", dedupe_key=None)
+    make_job(task=f"{job.pk}.odd_task_name", dedupe_key=str(job.pk))  # names it otherwise: not found
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(JOBS, {"q": str(job.pk)})
+    assert [j.pk for j in response.context["cl"].result_list] == [job.pk]
+    statements = [q["sql"] or "" for q in queries]
+    listing = [sql for sql in statements if 'FROM "jobq_job"' in sql and " WHERE " in sql]
+    assert len(listing) == 2, statements  # its page of jobs, and their count
+    for sql in listing:
+        where = sql.split(" WHERE ", 1)[1].split(" ORDER BY ")[0].split(" LIMIT ")[0]
+        assert where == f'"jobq_job"."id" = {job.pk}', sql
 
 
 # -- detail ------------------------------------------------------------------------------------------------
@@ -203,6 +221,23 @@ def test_dead_letters_are_grouped_by_task_and_exception(admin_client, django_ass
     assert [job.pk for job in response.context["cl"].result_list] == [lookup.pk]
     response = admin_client.get(DEAD, {"exception": "lease expired"})
     assert [job.pk for job in response.context["cl"].result_list] == [reaped.pk]
+
+
+def test_the_dead_letters_page_links_elsewhere_and_filters_on_what_is_dead(admin_client):
+    """Its buttons lead to the dashboard and every job (not to itself); its task and queue filters list
+    the names that have dead letters, not every registered task or busy queue."""
+    dead_job(task="shop.send_email", queue="emails")
+    dead_job(task="shop.search", queue="interactive")
+    make_job(task="shop.export", queue="reports")  # PENDING: not a dead letter
+    response = admin_client.get(DEAD)
+    page = response.content.decode()
+    tools = page.split('<ul class="object-tools">', 1)[1].split("</ul>", 1)[0]
+    assert re.findall(r'<a href="([^"]+)"', tools) == ["/admin/django_jobq/job/dashboard/", JOBS]
+    filters = {f.title: [c["display"] for c in f.choices(response.context["cl"])][1:] for f in
+               response.context["cl"].filter_specs}  # fmt: skip
+    assert filters["task"] == ["shop.search", "shop.send_email"]
+    assert filters["queue"] == ["emails", "interactive"]
+    assert "test.echo" not in filters["task"]  # registered, and no dead letters
 
 
 @pytest.mark.p1
