@@ -25,6 +25,7 @@ from ..sql import engine_of
 from ..status import JobStatus
 from .limits import TaskLimits, format_rate, limited_tasks, task_limits
 from .table import TableFigures, table_figures
+from .text import format_duration as format_duration  # re-exported: dashboard.format_duration
 from .text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
 from .text import format_table as format_table  # re-exported: dashboard.format_table
 from .workers import ALIVE_HEARTBEATS as ALIVE_HEARTBEATS  # re-exported
