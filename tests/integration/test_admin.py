@@ -146,16 +146,40 @@ def test_detail_shows_payload_result_error_history_and_lease_read_only(
     assert "deletelink" not in page  # no delete button for a RUNNING job
 
 
-def test_a_dead_or_cancelled_jobs_errors_come_before_its_timing_and_payload(admin_client):
+def section(page: str, name: str) -> int:
+    """Where the section headed ``name`` starts on a job's page."""
+    headings = re.findall(r"<h2[^>]*>([^<]+)</h2>", page)
+    assert name in headings, (name, headings)
+    return page.index(f">{name}</h2>")
+
+
+def test_a_jobs_payload_has_its_own_section_before_its_timing(admin_client):
+    """A DEAD or CANCELLED job's errors come right after its summary, then its payload (what it was
+    given: half of why it failed), never under its timing and lease."""
     dead = dead_job()
     page = admin_client.get(f"{JOBS}{dead.pk}/change/").content.decode()
-    assert page.index("ValueError: boom #3") < page.index("Timing") < page.index("Payload and result")
+    assert page.index("ValueError: boom #3") < section(page, "Payload") < section(page, "Timing")
+    assert section(page, "Timing") < section(page, "Lease")
+    assert page.index("&quot;order&quot;: 1") < section(page, "Progress and result")
     cancelled = make_job(status=JobStatus.CANCELLED, finished_at=timezone.now(), last_error="Discarded: gone")
     page = admin_client.get(f"{JOBS}{cancelled.pk}/change/").content.decode()
-    assert page.index("Discarded: gone") < page.index("Timing")
+    assert page.index("Discarded: gone") < section(page, "Payload") < section(page, "Timing")
     done = make_job(status=JobStatus.DONE, finished_at=timezone.now(), last_error="an earlier attempt failed")
     page = admin_client.get(f"{JOBS}{done.pk}/change/").content.decode()
-    assert page.index("Timing") < page.index("an earlier attempt failed")  # a DONE job keeps the usual order
+    # a DONE job keeps the usual order: what it was given, what it did, when, and only then errors
+    assert section(page, "Payload") < section(page, "Timing") < page.index("an earlier attempt failed")
+
+
+@pytest.mark.parametrize(
+    ("ran", "shown"),
+    [(dt.timedelta(milliseconds=12), "12ms"), (dt.timedelta(milliseconds=400), "400ms"),
+     (dt.timedelta(seconds=4, milliseconds=260), "4.3s"), (dt.timedelta(seconds=425), "7m05s")],
+)  # fmt: skip
+def test_a_short_runs_duration_keeps_its_milliseconds(admin_client, ran, shown):
+    start = timezone.now() - dt.timedelta(minutes=1)
+    job = make_job(status=JobStatus.DONE, attempts=1, started_at=start, finished_at=start + ran)
+    page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    assert re.search(r'field-duration">.*?<div class="readonly">([^<]*)</div>', page, re.S).group(1) == shown
 
 
 def test_a_running_jobs_page_says_when_its_workers_heartbeat_is_overdue(admin_client, settings):
