@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString
 
 from .. import dashboard
 from ..conf import jobq_settings
+from ..status import ACTIVE, CANCELLED
 
 T = TypeVar("T")
 
@@ -242,6 +243,22 @@ class TaskFilter(_NameFilter):
     which = 1
 
 
+class _DeadNameFilter(_NameFilter):
+    """A dead-letter filter: only the names that have dead letters (dashboard.dead_letter_names)."""
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = per_request(request, "dead_names", dashboard.dead_letter_names)[self.which]
+        return [(name, name) for name in names]
+
+
+class DeadQueueFilter(_DeadNameFilter, QueueFilter):
+    pass
+
+
+class DeadTaskFilter(_DeadNameFilter, TaskFilter):
+    pass
+
+
 class ExceptionFilter(admin.SimpleListFilter):
     """Dead letters by the exception class that killed them (the last line of last_error)."""
 
@@ -256,6 +273,33 @@ class ExceptionFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         return queryset if value is None else queryset.filter(exception=value)
+
+
+def cancel_asked(job: Any) -> bool:
+    """A job not finished yet that was asked to stop (a RUNNING one runs until its task sees it)."""
+    return job.status in ACTIVE and job.cancel_requested_at is not None
+
+
+def cancel_text(job: Any) -> str:
+    """Why a CANCELLED job ended, in words, from who asked for the cancel (cancelled_by)."""
+    by = job.cancelled_by
+    if by is None:
+        return "discarded by its task (Discard, discard_on)"
+    if by.startswith("dependency:"):
+        return f"cancelled: job {by.removeprefix('dependency:')}, which it waited for, did not succeed"
+    return f"cancelled by {by}"
+
+
+def error_text(job: Any) -> str | None:
+    """The last error to show: for a job cancelled while it ran, the cancel in words rather than the
+    traceback its run ended with (django_jobq.outcomes.Cancelled, or whatever the task raised then)."""
+    if job.status == CANCELLED and job.cancelled_by is not None and _is_traceback(job.last_error):
+        return cancel_text(job)
+    return job.last_error  # type: ignore[no-any-return]
+
+
+def _is_traceback(text: str | None) -> bool:
+    return text is not None and text.lstrip().startswith("Traceback")
 
 
 def lanes_text(lanes: dict[str, int]) -> str:

@@ -74,7 +74,7 @@ def _queue_row(
     done = "?" if q.done is None else (f"≈{q.done}" if snap.done_estimated else str(q.done))
     state = paused.get(q.queue)
     pause = f"paused by {state.by or '?'} since {exact_time(state.since)}" if state else None
-    return {"q": q, "lag": dashboard.format_seconds(q.lag), "done": done, "pause": pause}
+    return {"q": q, "lag": dashboard.format_duration(q.lag), "done": done, "pause": pause}
 
 
 def throughput_chart(

@@ -13,7 +13,7 @@ from django.utils.safestring import SafeString
 from .. import dashboard
 from ..models import DeadJob, Job
 from ..status import JobStatus
-from .common import ExceptionFilter, QueueFilter, TaskFilter, per_request, time_cell
+from .common import DeadQueueFilter, DeadTaskFilter, ExceptionFilter, per_request, time_cell
 from .jobs import JobAdmin
 
 
@@ -21,8 +21,8 @@ from .jobs import JobAdmin
 class DeadJobAdmin(JobAdmin):
     """DEAD jobs, grouped by task and exception class; requeue and delete them."""
 
-    list_display = ("id", "task", "queue", "error_line", "attempts_display", "died")
-    list_filter = (TaskFilter, ExceptionFilter, QueueFilter)
+    list_display = ("id", "task", "queue_cell", "error_line", "attempts_display", "died")
+    list_filter = (DeadTaskFilter, ExceptionFilter, DeadQueueFilter)
     sortable_by = ("id", "died")
     paginator = Paginator  # the dead letters are counted through their own index
     change_list_template = "admin/django_jobq/deadjob/change_list.html"

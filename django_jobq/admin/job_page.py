@@ -16,8 +16,17 @@ from django.utils.safestring import SafeString
 from .. import dashboard
 from ..conf import jobq_settings
 from ..models import Dependency, Job, WorkerRecord
-from ..status import JobStatus
-from .common import OnQueueDatabase, exact_time, first_line, heartbeat_state, pretty_json, time_field
+from ..status import ACTIVE, JobStatus
+from .common import (
+    OnQueueDatabase,
+    cancel_text,
+    error_text,
+    exact_time,
+    first_line,
+    heartbeat_state,
+    pretty_json,
+    time_field,
+)
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _JobModelAdmin = admin.ModelAdmin[Job]
@@ -48,7 +57,8 @@ class JobPage(_JobModelAdmin):
                 )
             },
         ),
-        ("Progress", {"fields": ("progress_display",)}),
+        ("Payload", {"fields": ("payload_pretty",)}),
+        ("Progress and result", {"fields": ("progress_display", "result_pretty")}),
         (
             "Timing",
             {
@@ -62,7 +72,6 @@ class JobPage(_JobModelAdmin):
             },
         ),
         ("Lease", {"fields": ("worker_id", "worker_heartbeat", "lease_display")}),
-        ("Payload and result", {"fields": ("payload_pretty", "result_pretty")}),
         ("Errors", {"fields": ("last_error_pretty", "error_history")}),
     )
     readonly_fields = (
@@ -90,6 +99,7 @@ class JobPage(_JobModelAdmin):
         "workflow_link",
         "waits_for",
         "needed_by",
+        "cancel_display",
     )
 
     # -- detail ----------------------------------------------------------------------------------------
@@ -99,7 +109,7 @@ class JobPage(_JobModelAdmin):
             return "-"
         end = obj.finished_at or timezone.now()
         running = "" if obj.finished_at else " (running)"
-        return dashboard.format_seconds((end - obj.started_at).total_seconds()) + running
+        return dashboard.format_duration((end - obj.started_at).total_seconds()) + running
 
     @admin.display(description="created at")
     def created_at_display(self, obj: Job) -> SafeString | str:
@@ -144,8 +154,14 @@ class JobPage(_JobModelAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
         """A DEAD or CANCELLED job's errors come right after its summary: they are why one opens it. A job
-        of a workflow, or with dependencies or dependents, has a Workflow section after its summary."""
+        of a workflow, or with dependencies or dependents, has a Workflow section after its summary. A
+        job a cancel was asked of, or that ended CANCELLED, says by whom and when under its status."""
         fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None and (obj.cancel_requested_at is not None or obj.status == JobStatus.CANCELLED):
+            name, options = fieldsets[0]
+            fields = list(options["fields"])
+            fields.insert(fields.index("status_badge") + 1, "cancel_display")
+            fieldsets[0] = (name, {**options, "fields": fields})
         if obj is not None and (obj.workflow_id is not None or obj.dependency_failure or obj.has_dependents):
             fieldsets = [*fieldsets[:1], WORKFLOW_FIELDSET, *fieldsets[1:]]
         if obj is None or obj.status not in (JobStatus.DEAD, JobStatus.CANCELLED):
@@ -153,6 +169,19 @@ class JobPage(_JobModelAdmin):
         errors = [f for f in fieldsets if f[0] == "Errors"]
         rest = [f for f in fieldsets if f[0] != "Errors"]
         return [rest[0], *errors, *rest[1:]]
+
+    @admin.display(description="cancel")
+    def cancel_display(self, obj: Job) -> SafeString | str:
+        """Who or what cancelled the job (or asked it to stop), and when."""
+        asked = time_field(obj.cancel_requested_at) if obj.cancel_requested_at else None
+        if obj.status in ACTIVE and asked:
+            what = (
+                "its task is told (context.cancelled) and the run ends CANCELLED, whatever it returns"
+                if obj.status == JobStatus.RUNNING
+                else "it ends CANCELLED and never runs"
+            )
+            return format_html("requested {} by {}: {}", asked, obj.cancelled_by or "unknown", what)
+        return format_html("{} at {}", cancel_text(obj), asked) if asked else cancel_text(obj)
 
     # -- its workflow ----------------------------------------------------------------------------------
     @admin.display(description="workflow")
@@ -211,7 +240,19 @@ class JobPage(_JobModelAdmin):
 
     @admin.display(description="last error")
     def last_error_pretty(self, obj: Job) -> SafeString | str:
-        return "-" if not obj.last_error else format_html('<pre class="jobq-error">{}</pre>', obj.last_error)
+        """The last error in full; for a job cancelled while it ran, the cancel in words, the traceback
+        its run ended with folded under it."""
+        if not obj.last_error:
+            return "-"
+        text = error_text(obj)
+        if text == obj.last_error:
+            return format_html('<pre class="jobq-error">{}</pre>', obj.last_error)
+        return format_html(
+            '<p id="jobq-cancel-reason">{}</p><details><summary>how its run ended</summary>'
+            '<pre class="jobq-error">{}</pre></details>',
+            text,
+            obj.last_error,
+        )
 
     @admin.display(description="every failed attempt")
     def error_history(self, obj: Job) -> SafeString | str:

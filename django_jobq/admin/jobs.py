@@ -20,14 +20,18 @@ from ..conf import jobq_settings
 from ..models import Job
 from ..sql import engine_of
 from ..status import JobStatus
-from .cancelling import CancelActions
+from .cancelling import CancelActions, cancellable
 from .common import (
     EstimatedCountPaginator,
     QueueFilter,
     TaskFilter,
+    cancel_asked,
+    error_text,
+    exact_time,
     first_line,
     log,
     progress_bar,
+    relative_time,
     time_cell,
 )
 from .dashboard import dashboard_view
@@ -64,7 +68,7 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
     list_display: tuple[str, ...] = (
         "id",
         "task_cell",
-        "queue",
+        "queue_cell",
         "status_cell",
         "run_at_display",
         "progress_cell",
@@ -133,6 +137,11 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
             '<a href="{}">{}</a>{}', page, obj.task, format_html("<br>{}", tags) if tags else ""
         )
 
+    @admin.display(description="queue")
+    def queue_cell(self, obj: Job) -> SafeString:
+        """The queue, clipped when long (whole on hover): one line per job."""
+        return format_html('<span class="jobq-clip jobq-queue" title="{}">{}</span>', obj.queue, obj.queue)
+
     @admin.display(description="tags")
     def tags_cell(self, obj: Job) -> SafeString | str:
         """Each tag, a link to the jobs carrying it (the search "tag:NAME")."""
@@ -146,21 +155,41 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Job) -> SafeString:
+        """The status; "cancel requested" after it while a job asked to stop still runs."""
+        if not cancel_asked(obj):
+            return self._badge(obj)
+        return format_html('{} <span class="jobq-cancelling">cancel requested</span>', self._badge(obj))
+
+    def _badge(self, obj: Job) -> SafeString:
         status = JobStatus(obj.status)
         return format_html('<span class="jobq-status jobq-{}">{}</span>', status.name.lower(), status.label)
 
     @admin.display(description="status", ordering="status")
     def status_cell(self, obj: Job) -> SafeString:
         """The status, the attempts used out of those allowed and, on hover, the worker: the list is narrow
-        beside the admin's navigation and filters, so one column says what the job page says in three."""
+        beside the admin's navigation and filters, so one column says what the job page says in three.
+        Under it, when a cancel was asked of a job that still runs: when, and by whom."""
         title = (
             f"attempts used / allowed; worker {obj.worker_id}" if obj.worker_id else "attempts used / allowed"
         )
-        return format_html(
+        cell = format_html(
             '{} <span class="jobq-muted" title="{}">{}</span>',
-            self.status_badge(obj),
+            self._badge(obj),
             title,
             self.attempts_display(obj),
+        )
+        asked = obj.cancel_requested_at
+        if asked is None or not cancel_asked(obj):
+            return cell
+        by = obj.cancelled_by or "unknown"
+        return format_html(
+            '{}<br><span class="jobq-cancelling jobq-cancel-note" title="cancel requested {} by {}">'
+            "cancel requested {} by {}</span>",
+            cell,
+            exact_time(asked),
+            by,
+            relative_time(asked),
+            by,
         )
 
     @admin.display(description="attempts")
@@ -183,7 +212,7 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
 
     @admin.display(description="last error")
     def error_line(self, obj: Job) -> SafeString | str:
-        line = first_line(obj.last_error)
+        line = first_line(error_text(obj))
         return format_html('<span class="jobq-clip" title="{}">{}</span>', line, line) if line else ""
 
     def change_view(
@@ -193,8 +222,25 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        extra_context = {**(extra_context or {}), "jobq_can_requeue": self.has_requeue_permission(request)}
+        extra_context = {
+            **(extra_context or {}),
+            "jobq_can_requeue": self.has_requeue_permission(request),
+            "jobq_can_cancel": self.has_cancel_permission(request),
+        }
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        """The Cancel button: for a job a cancel would still change, and a user who may cancel."""
+        context["jobq_cancel"] = bool(obj is not None and cancellable(obj) and context.get("jobq_can_cancel"))
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     # -- delete: Django's confirmation page, the guarded statement underneath -------------------------------
     def get_deleted_objects(
@@ -239,6 +285,13 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
             )
         ]
         if self.model is Job:
+            urls.append(
+                path(
+                    "<path:object_id>/cancel/",
+                    self.admin_site.admin_view(self.cancel_view),
+                    name=f"{name}_cancel",
+                )
+            )
             urls.append(
                 path(
                     "dashboard/",

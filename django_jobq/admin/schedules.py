@@ -26,7 +26,7 @@ from ..conf import jobq_settings
 from ..exceptions import JobqError
 from ..models import Schedule, ScheduleSource
 from ..scheduler import run_now
-from .common import OnQueueDatabase, log, time_cell
+from .common import OnQueueDatabase, log, time_cell, time_field
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _ScheduleModelAdmin = admin.ModelAdmin[Schedule]
@@ -36,7 +36,8 @@ else:  # reads and writes on JOBQ["DATABASE"]
 logger = logging.getLogger("django_jobq")
 
 RUN_PERMISSION = "django_jobq.run_schedule"
-OWNED = ("next_run_at", "last_tick_at", "source")  # written by the scheduler and the settings sync
+# Written by the scheduler and the settings sync; shown read-only (the times with their zones).
+OWNED = ("next_run_field", "last_tick_field", "source")
 
 
 def zone_of(schedule: Schedule) -> str:
@@ -60,6 +61,12 @@ class ScheduleAdmin(_ScheduleModelAdmin):
         if obj is not None and obj.source == ScheduleSource.SETTINGS:
             return self.fields
         return OWNED
+
+    def has_change_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        """Nobody edits a schedule of JOBQ["SCHEDULES"] here: its page is a view, without Save buttons."""
+        return super().has_change_permission(request, obj) and (
+            obj is None or obj.source != ScheduleSource.SETTINGS
+        )
 
     def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
         return super().has_delete_permission(request, obj) and (
@@ -107,6 +114,24 @@ class ScheduleAdmin(_ScheduleModelAdmin):
     @admin.display(description="last tick", ordering="last_tick_at")
     def last_tick(self, obj: Schedule) -> SafeString | str:
         return time_cell(obj.last_tick_at)
+
+    # -- a schedule's page -----------------------------------------------------------------------------
+    @admin.display(description="next run")
+    def next_run_field(self, obj: Schedule) -> SafeString | str:
+        """As in the list: in the schedule's zone (named), then in UTC."""
+        if obj.next_run_at is None:
+            return "-"
+        zone = zone_of(obj)
+        return format_html(
+            '{} <span class="jobq-muted">({})</span><br>{}',
+            _in_zone(obj.next_run_at, zone),
+            zone,
+            _in_zone(obj.next_run_at, "UTC"),
+        )
+
+    @admin.display(description="last tick")
+    def last_tick_field(self, obj: Schedule) -> SafeString | str:
+        return time_field(obj.last_tick_at)
 
     def get_list_display(self, request: HttpRequest) -> Any:
         """With a "Run now" button per row, under the last tick, for those who may run schedules. The

@@ -1,5 +1,8 @@
 """The job list's search box: one term names jobs by id, task (or its beginning), dedupe key, tag
-(``tag:tenant:42``), workflow (``workflow:42``) or payload containment (a JSON object, ``{"order_id": 42}``)."""
+(``tag:tenant:42``), workflow (``workflow:42``) or payload containment (a JSON object, ``{"order_id": 42}``).
+
+A term of digits only is a job id and nothing else: ``id = N`` alone is one probe of the primary key,
+where ``id = N OR task LIKE 'N%' OR dedupe_key = 'N'`` reads the whole table (no index serves the OR)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from ..exceptions import JobqError
 TAG_PREFIX = "tag:"
 WORKFLOW_PREFIX = "workflow:"
 HELP = (
-    'A job id, a task name (or its beginning), a dedupe key, "tag:NAME" for the jobs carrying a tag, '
+    'A job id (a number), a task name (or its beginning), a dedupe key, "tag:NAME" for the jobs carrying a tag, '
     '"workflow:ID" for the jobs of a workflow, '
     'or a JSON object for the jobs whose payload contains it: {"order_id": 42}.'
 )
@@ -36,10 +39,9 @@ def search(queryset: QuerySet[Any], term: str) -> QuerySet[Any]:
         return queryset.filter(workflow_id=workflow_id(term[len(WORKFLOW_PREFIX) :].strip()))
     if term.startswith("{"):
         return payload_contains(queryset, term, vendor)
-    match = Q(task__startswith=term) | Q(dedupe_key=term)
-    if term.isdigit() and len(term) < 19:
-        match |= Q(id=int(term))
-    return queryset.filter(match)
+    if term.isdigit() and len(term) < 19:  # a job id: one probe of the primary key
+        return queryset.filter(id=int(term))
+    return queryset.filter(Q(task__startswith=term) | Q(dedupe_key=term))
 
 
 def workflow_id(text: str) -> int:

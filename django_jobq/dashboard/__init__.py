@@ -25,6 +25,7 @@ from ..sql import engine_of
 from ..status import JobStatus
 from .limits import TaskLimits, format_rate, limited_tasks, task_limits
 from .table import TableFigures, table_figures
+from .text import format_duration as format_duration  # re-exported: dashboard.format_duration
 from .text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
 from .text import format_table as format_table  # re-exported: dashboard.format_table
 from .workers import ALIVE_HEARTBEATS as ALIVE_HEARTBEATS  # re-exported
@@ -283,6 +284,22 @@ def dead_letter_query() -> models.QuerySet[Any, Any]:
         .annotate(jobs=models.Count("id"), last_finished_at=models.Max("finished_at"))
         .order_by("-jobs", "task", "exception")
     )
+
+
+def dead_letter_names(limit: int = 500) -> tuple[list[str], list[str]]:
+    """(queues, tasks) that have dead letters: the dead-letter page's filters.
+
+    One DISTINCT over the (queue, task) pairs of the DEAD rows, read index-only and in order from
+    jobq_job_dead (partial on DEAD, on exactly those columns), at most ``limit`` pairs: the cost follows
+    the dead letters kept, never the DONE history.
+    """
+    dead = Job.objects.using(jobq_settings().database).filter(status=JobStatus.DEAD)
+    pairs = dead.order_by("queue", "task").values_list("queue", "task").distinct()[:limit]
+    queues, tasks = set(), set()
+    for queue, task in pairs:
+        queues.add(queue)
+        tasks.add(task)
+    return sorted(queues), sorted(tasks)
 
 
 def filter_names(limit: int = 500) -> tuple[list[str], list[str]]:

@@ -29,7 +29,7 @@ def format_table(snap: Snapshot) -> str:
         name = (q.queue + " (paused)" if q.paused else q.queue) or "(all)"
         lines.append(
             (
-                name, _of(q.pending, q.max_depth), str(q.due), format_seconds(q.lag), _of(q.running, q.max_running),
+                name, _of(q.pending, q.max_depth), str(q.due), format_duration(q.lag), _of(q.running, q.max_running),
                 str(q.expired), str(q.waiting),
                 str(q.dead), done, str(q.done_5m), str(q.done_60m), str(q.dead_5m), str(q.dead_60m),
                 str(q.cancelled_60m),
@@ -140,6 +140,18 @@ def format_seconds(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def format_duration(seconds: float | None) -> str:
+    """How long something took or has waited, to the millisecond below a second and the tenth below
+    ten: "-", "12ms", "4.2s", then as format_seconds ("42s", "7m05s"), so a short run never reads "0s"."""
+    if seconds is None:
+        return "-"
+    if (ms := round(max(0.0, seconds) * 1000)) < 1000:
+        return f"{ms}ms"
+    if (tenths := round(seconds, 1)) < 10:
+        return f"{tenths:.1f}s"
+    return format_seconds(seconds)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

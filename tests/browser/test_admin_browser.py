@@ -54,8 +54,41 @@ TRACEBACK = (
 )
 
 
+# The hard case of each page, on purpose: a worker id and host as long as a cluster's pod names make
+# them, a worker serving many lanes, and long queue names (one with no place to break a line).
+LONG_HOST = "jobq-worker-reports-and-exports-7d9f8c6b5-x2k9p.jobq-workers.production.svc.cluster.local"
+LONG_WORKER = f"{LONG_HOST}:48213:a3f9c1"
+LONG_QUEUE = "tenant-reports-export-eu-west-1-high-priority"
+UNBROKEN_QUEUE = "billing_invoices_monthly_close_and_reconciliation_eu"
+MANY_LANES = {
+    LONG_QUEUE: 8, UNBROKEN_QUEUE: 2, "emails": 4, "interactive": 8, "default": 2, "search-reindex": 1,
+    "thumbnails": 6, "webhooks-outbound-retry": 3, "notifications-push": 4, "imports-csv-large": 1,
+    "audit-log-archive": 1, "reports": 2,
+}  # fmt: skip
+
+
+def empty_queue_tables() -> None:
+    """Nothing but what seed() writes: rows another test left (a worker's last heartbeat, written after
+    its test's flush) would change what the pages hold from run to run."""
+    from django.apps import apps
+
+    tables = [m._meta.db_table for m in apps.get_app_config("django_jobq").get_models() if not m._meta.proxy]
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+CANCELLED_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/shop/tasks.py", line 58, in send_receipt\n'
+    "    context.check_cancelled()\n"
+    "django_jobq.outcomes.Cancelled: job 77 was cancelled\n"
+)
+
+
 def seed() -> Job:
-    """A small, lively queue: backlog, running jobs with progress, an hour of history, workers, dead letters."""
+    """A small, lively queue: backlog, running jobs with progress, an hour of history, workers, dead letters;
+    in a queue table holding nothing else, with long names where the pages must wrap or clip them."""
+    empty_queue_tables()
     now = timezone.now()
     with connection.cursor() as cursor:
         # An hour of finished jobs: a steady trickle with a burst, and a few failures.
@@ -137,20 +170,45 @@ def seed() -> Job:
     Job.objects.create(
         task="shop.export_report", queue="reports", payload={"tenant": 7}, tags=["tenant:7", "export"]
     )
-    Job.objects.create(
+    Job.objects.create(  # cancelled while it ran: its run ended on the task's check_cancelled()
         task="shop.send_receipt",
         queue="emails",
         status=JobStatus.CANCELLED,
+        attempts=1,
         payload={"order": 77},
         tags=["tenant:42"],
-        last_error="cancelled by admin oncall",
+        last_error=CANCELLED_TRACEBACK,
         cancelled_by="admin oncall",
         cancel_requested_at=now - dt.timedelta(minutes=4),
-        finished_at=now - dt.timedelta(minutes=4),
+        started_at=now - dt.timedelta(minutes=4),
+        finished_at=now - dt.timedelta(minutes=4) + dt.timedelta(milliseconds=380),
+    )
+    Job.objects.create(  # asked to stop, still running
+        task="shop.resize_image",
+        queue="default",
+        status=JobStatus.RUNNING,
+        attempts=1,
+        payload={"album": 9},
+        worker_id="web-2:311",
+        started_at=now - dt.timedelta(seconds=50),
+        lease_until=now + dt.timedelta(seconds=20),
+        cancel_requested_at=now - dt.timedelta(seconds=5),
+        cancelled_by="admin oncall",
     )
     WorkerRecord.objects.create(
         worker_id="web-1:207", hostname="web-1", pid=207, lanes={"emails": 4, "interactive": 8}, running=0
     )
+    WorkerRecord.objects.create(
+        worker_id=LONG_WORKER, hostname=LONG_HOST, pid=48213, lanes=MANY_LANES, running=2,
+        stuck={UNBROKEN_QUEUE: 2},
+    )  # fmt: skip
+    for queue in (LONG_QUEUE, UNBROKEN_QUEUE):  # one running on the long worker, one waiting, per queue
+        Job.objects.create(
+            task="shop.export_report", queue=queue, status=JobStatus.RUNNING, attempts=1,
+            payload={"tenant": 9}, worker_id=LONG_WORKER, started_at=now,
+            lease_until=now + dt.timedelta(seconds=20),
+        )  # fmt: skip
+        Job.objects.create(task="shop.export_report", queue=queue, payload={"tenant": 9})
     WorkerRecord.objects.create(
         worker_id="web-2:311", hostname="web-2", pid=311, lanes={"default": 3}, running=3,
         supervisor={
@@ -304,6 +362,7 @@ PAGES = {
     "job_running": "/admin/django_jobq/job/{running}/change/",
     "job_dead": "/admin/django_jobq/job/{dead}/change/",
     "job_cancelled": "/admin/django_jobq/job/{cancelled}/change/",
+    "job_cancel_requested": "/admin/django_jobq/job/{cancel_requested}/change/",
     "jobs_by_tag": "/admin/django_jobq/job/?q=tag%3Atenant%3A42",
     "dead_letters": "/admin/django_jobq/deadjob/",
     "dead_letter": "/admin/django_jobq/deadjob/{dead}/change/",
@@ -312,6 +371,8 @@ PAGES = {
     "workers": "/admin/django_jobq/workerrecord/",
     "worker": "/admin/django_jobq/workerrecord/{worker}/change/",
     "schedules": "/admin/django_jobq/schedule/",
+    "schedule_from_settings": "/admin/django_jobq/schedule/{settings_schedule}/change/",
+    "schedule_from_admin": "/admin/django_jobq/schedule/{admin_schedule}/change/",
     "workflows": "/admin/django_jobq/workflow/",
     "workflow": "/admin/django_jobq/workflow/{workflow}/change/",
     "job_waiting": "/admin/django_jobq/job/{waiting}/change/",
@@ -418,6 +479,9 @@ def test_every_admin_page_reads_well_at_1400px(live_server, django_user_model, s
         .values_list("pk", flat=True)[0],
         "worker": WorkerRecord.objects.order_by("worker_id").values_list("pk", flat=True)[0],
         "cancelled": Job.objects.get(status=JobStatus.CANCELLED).pk,
+        "cancel_requested": Job.objects.get(cancel_requested_at__isnull=False, status=JobStatus.RUNNING).pk,
+        "settings_schedule": Schedule.objects.get(source=ScheduleSource.SETTINGS).pk,
+        "admin_schedule": Schedule.objects.get(source=ScheduleSource.ADMIN).pk,
     }
     client = Client()
     client.force_login(user)

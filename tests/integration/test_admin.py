@@ -3,12 +3,14 @@ test_dashboard.py)."""
 
 import datetime as dt
 import json
+import re
 
 import pytest
 import time_machine
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobq.models import Job, JobStatus, WorkerRecord
@@ -100,6 +102,22 @@ def test_search_by_id_task_prefix_and_dedupe_key(admin_client):
     assert found("nothing-like-it") == set()
 
 
+def test_a_numeric_search_asks_for_the_id_alone(admin_client):
+    """A number is a job id: "id = N" and nothing else, which the primary key answers (OR'ed with the
+    task prefix and the dedupe key, it read the whole table; test_plans.py has the plans)."""
+    job = make_job(task="shop.send_email", dedupe_key=None)
+    make_job(task=f"{job.pk}.odd_task_name", dedupe_key=str(job.pk))  # names it otherwise: not found
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(JOBS, {"q": str(job.pk)})
+    assert [j.pk for j in response.context["cl"].result_list] == [job.pk]
+    statements = [q["sql"] or "" for q in queries]
+    listing = [sql for sql in statements if 'FROM "jobq_job"' in sql and " WHERE " in sql]
+    assert len(listing) == 2, statements  # its page of jobs, and their count
+    for sql in listing:
+        where = sql.split(" WHERE ", 1)[1].split(" ORDER BY ")[0].split(" LIMIT ")[0]
+        assert where == f'"jobq_job"."id" = {job.pk}', sql
+
+
 # -- detail ------------------------------------------------------------------------------------------------
 @pytest.mark.p1
 def test_detail_shows_payload_result_error_history_and_lease_read_only(
@@ -128,16 +146,40 @@ def test_detail_shows_payload_result_error_history_and_lease_read_only(
     assert "deletelink" not in page  # no delete button for a RUNNING job
 
 
-def test_a_dead_or_cancelled_jobs_errors_come_before_its_timing_and_payload(admin_client):
+def section(page: str, name: str) -> int:
+    """Where the section headed ``name`` starts on a job's page."""
+    headings = re.findall(r"<h2[^>]*>([^<]+)</h2>", page)
+    assert name in headings, (name, headings)
+    return page.index(f">{name}</h2>")
+
+
+def test_a_jobs_payload_has_its_own_section_before_its_timing(admin_client):
+    """A DEAD or CANCELLED job's errors come right after its summary, then its payload (what it was
+    given: half of why it failed), never under its timing and lease."""
     dead = dead_job()
     page = admin_client.get(f"{JOBS}{dead.pk}/change/").content.decode()
-    assert page.index("ValueError: boom #3") < page.index("Timing") < page.index("Payload and result")
+    assert page.index("ValueError: boom #3") < section(page, "Payload") < section(page, "Timing")
+    assert section(page, "Timing") < section(page, "Lease")
+    assert page.index("&quot;order&quot;: 1") < section(page, "Progress and result")
     cancelled = make_job(status=JobStatus.CANCELLED, finished_at=timezone.now(), last_error="Discarded: gone")
     page = admin_client.get(f"{JOBS}{cancelled.pk}/change/").content.decode()
-    assert page.index("Discarded: gone") < page.index("Timing")
+    assert page.index("Discarded: gone") < section(page, "Payload") < section(page, "Timing")
     done = make_job(status=JobStatus.DONE, finished_at=timezone.now(), last_error="an earlier attempt failed")
     page = admin_client.get(f"{JOBS}{done.pk}/change/").content.decode()
-    assert page.index("Timing") < page.index("an earlier attempt failed")  # a DONE job keeps the usual order
+    # a DONE job keeps the usual order: what it was given, what it did, when, and only then errors
+    assert section(page, "Payload") < section(page, "Timing") < page.index("an earlier attempt failed")
+
+
+@pytest.mark.parametrize(
+    ("ran", "shown"),
+    [(dt.timedelta(milliseconds=12), "12ms"), (dt.timedelta(milliseconds=400), "400ms"),
+     (dt.timedelta(seconds=4, milliseconds=260), "4.3s"), (dt.timedelta(seconds=425), "7m05s")],
+)  # fmt: skip
+def test_a_short_runs_duration_keeps_its_milliseconds(admin_client, ran, shown):
+    start = timezone.now() - dt.timedelta(minutes=1)
+    job = make_job(status=JobStatus.DONE, attempts=1, started_at=start, finished_at=start + ran)
+    page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    assert re.search(r'field-duration">.*?<div class="readonly">([^<]*)</div>', page, re.S).group(1) == shown
 
 
 def test_a_running_jobs_page_says_when_its_workers_heartbeat_is_overdue(admin_client, settings):
@@ -203,6 +245,23 @@ def test_dead_letters_are_grouped_by_task_and_exception(admin_client, django_ass
     assert [job.pk for job in response.context["cl"].result_list] == [lookup.pk]
     response = admin_client.get(DEAD, {"exception": "lease expired"})
     assert [job.pk for job in response.context["cl"].result_list] == [reaped.pk]
+
+
+def test_the_dead_letters_page_links_elsewhere_and_filters_on_what_is_dead(admin_client):
+    """Its buttons lead to the dashboard and every job (not to itself); its task and queue filters list
+    the names that have dead letters, not every registered task or busy queue."""
+    dead_job(task="shop.send_email", queue="emails")
+    dead_job(task="shop.search", queue="interactive")
+    make_job(task="shop.export", queue="reports")  # PENDING: not a dead letter
+    response = admin_client.get(DEAD)
+    page = response.content.decode()
+    tools = page.split('<ul class="object-tools">', 1)[1].split("</ul>", 1)[0]
+    assert re.findall(r'<a href="([^"]+)"', tools) == ["/admin/django_jobq/job/dashboard/", JOBS]
+    filters = {f.title: [c["display"] for c in f.choices(response.context["cl"])][1:] for f in
+               response.context["cl"].filter_specs}  # fmt: skip
+    assert filters["task"] == ["shop.search", "shop.send_email"]
+    assert filters["queue"] == ["emails", "interactive"]
+    assert "test.echo" not in filters["task"]  # registered, and no dead letters
 
 
 @pytest.mark.p1

@@ -139,6 +139,15 @@ def test_format_rate_spells_the_setting(rate, text):
     assert dashboard.format_rate(rate) == text
 
 
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (0, "0ms"), (0.012, "12ms"), (0.4, "400ms"), (0.9996, "1.0s"), (1.25, "1.2s"),
+     (4.26, "4.3s"), (9.96, "10s"), (42.4, "42s"), (425, "7m05s"), (-3, "0ms")],
+)  # fmt: skip
+def test_format_duration_keeps_the_milliseconds_of_a_short_run(seconds, text):
+    assert dashboard.format_duration(seconds) == text
+
+
 @pytest.mark.p1
 def test_dashboard_page(admin_client, django_assert_max_num_queries, python_clock):
     _seed_dashboard()

@@ -394,3 +394,49 @@ def test_the_metrics_collectors_statements_read_the_partial_indexes_at_a_million
         assert_no_table_scan(plan, bitmaps=True)
         assert rows_read(plan) <= 2_250, (name, rows_read(plan))
         assert pages(plan) < 300, (name, pages(plan))  # the table's heap alone is ~12,000 pages
+
+
+# -- the admin: the dead letters' filters, a job found by its id ----------------------------------------
+
+
+def run_queryset(queryset) -> dict:
+    """EXPLAIN (ANALYZE, BUFFERS) of the statement an ORM queryset runs."""
+    sql, params = queryset.query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+def test_the_dead_letters_filters_read_the_dead_index_only(wide_history):
+    """The dead-letter page's queue and task filters list the names that have dead letters, from the
+    (queue, task) entries of jobq_job_dead alone: 500 rows, never the 220,000 others."""
+    from django_jobq import dashboard
+
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobq_job SET task = 'test.t' || (id % 3) WHERE status = 3")
+    analyse()
+    dead = Job.objects.filter(status=JobStatus.DEAD)
+    plan = run_queryset(dead.order_by("queue", "task").values_list("queue", "task").distinct()[:500])
+    assert_no_table_scan(plan)
+    assert [(n["Node Type"], n.get("Index Name")) for n in scans(plan)] == [
+        ("Index Only Scan", "jobq_job_dead")
+    ]
+    assert rows_read(plan) <= 500
+    assert not [n for n in plan_nodes(plan) if n["Node Type"] == "Sort"]  # the index's order
+    assert dashboard.dead_letter_names() == (["b"], ["test.t0", "test.t1", "test.t2"])
+
+
+def test_a_numeric_search_is_one_probe_of_the_primary_key(wide_history):
+    """The job list's search for "123456": the job of that id, on the primary key, however long the
+    table; its page of results and its count alike."""
+    from django_jobq.admin.search import search
+
+    wanted = Job.objects.filter(status=JobStatus.DONE).order_by("id").values_list("id", flat=True)[1000]
+    found = search(Job.objects.order_by("-id"), str(wanted))
+    for queryset in (found[:51], found.order_by().values("id")[:10_001]):
+        plan = run_queryset(queryset)
+        assert_no_table_scan(plan)
+        assert {n.get("Index Name") for n in scans(plan)} == {"jobq_job_pkey"}
+        assert rows_read(plan) == 1
+    assert [job.id for job in found] == [wanted]

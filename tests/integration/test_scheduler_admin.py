@@ -167,3 +167,24 @@ def test_run_now_is_403_without_the_run_schedule_permission(staff):
     assert not Job.objects.exists()
     assert staff("view_schedule", "run_schedule").post(f"{LIST}{schedule.pk}/run/").status_code == 302
     assert Job.objects.count() == 1
+
+
+def test_a_settings_schedules_page_is_a_view_with_its_next_run_in_its_zone_and_utc(admin_client):
+    """JOBQ["SCHEDULES"] owns it: no Save buttons over read-only fields, and a change posted anyway is
+    refused; its next run reads as in the list, in its zone and in UTC."""
+    theirs = Schedule.objects.create(
+        name="theirs", task="test.noop", at="09:30", timezone="Europe/Berlin", source=ScheduleSource.SETTINGS
+    )
+    Schedule.objects.filter(pk=theirs.pk).update(next_run_at=dt.datetime(2026, 4, 2, 7, 30, tzinfo=dt.UTC))
+    page = admin_client.get(f"{LIST}{theirs.pk}/change/").content.decode()
+    assert 'name="_save"' not in page and 'name="_continue"' not in page and "Close" in page
+    assert "2026-04-02 09:30 CEST" in page and "(Europe/Berlin)" in page and "2026-04-02 07:30 UTC" in page
+    assert (
+        admin_client.post(f"{LIST}{theirs.pk}/change/", {"name": "theirs", "at": "10:00"}).status_code == 403
+    )
+    assert Schedule.objects.get(pk=theirs.pk).at == "09:30"
+
+    mine = Schedule.objects.create(name="mine", task="test.noop", cron="0 * * * *")
+    page = admin_client.get(f"{LIST}{mine.pk}/change/").content.decode()
+    assert 'name="_save"' in page  # one made here is edited here
+    assert "Next run:" in page and "Last tick:" in page
