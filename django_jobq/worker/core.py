@@ -96,6 +96,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.supervision: dict[str, Any] | None = None  # what a supervisor told it (supervisor/link.py)
         self._claimed = 0
         self._ended = 0
+        self._cycling = 0
         self._unknown_tasks = set()
         self._running = {}
         self._lock = threading.Lock()

@@ -64,7 +64,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
         claims again after such a write, and ends only once every lane found nothing. Holds
         lane.cond."""
         with self._lock:
-            return not self._running and self._ended == lane.claimed_after
+            return not self._running and not self._cycling and self._ended == lane.claimed_after
 
     def _runs_capped(self) -> bool:
         """A job of a capped task runs in this worker: a burst lane whose claim that task's cap held
@@ -130,6 +130,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                     free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
                     lane.claimed_after = self._ended
+                    self._cycling += 1  # until its jobs are in _running: no other lane ends meanwhile
                 rations = self._rations(lane, free)  # permits taken for the rate-limited queues
                 asked = self._asked(lane, free, rations)
                 jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], asked, rations)
@@ -150,6 +151,8 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                 if self.idle_lock is not None:  # producers notify while a lane may wait for work
                     self.idle_lock.report(lane.queue, starved)
                 self._hand_out(lane, jobs, sent, rations)
+                with self._lock:
+                    self._cycling -= 1
                 for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
                     report()
         finally:
@@ -231,8 +234,8 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
             return Job.objects.complete_json(job.id, self.worker_id, result, fence=outcome.fence)
 
         def then(status: JobStatus | None) -> None:
+            self._settled_others()  # before the job leaves _running: no lane sees the worker quiet between
             self._forget(entry)
-            self._settled_others()
             self._report_ended(entry, outcome, status)
 
         self.lock_waits.write(job.id, "complete", write, then, f"job {job.id}'s completion")

@@ -68,8 +68,8 @@ class FailureMixin(ReportMixin):
             status = self._fail_plainly(
                 entry, outcome, f"the job failed; its error could not be stored: {exc}"
             )
+        self._settled_others()  # a job ended DEAD or CANCELLED settles its dependents (before _forget)
         self._forget(entry)
-        self._settled_others()  # a job ended DEAD or CANCELLED settles its dependents
         return functools.partial(self._report_failure, entry, outcome, status)
 
     def _fail_plainly(self, entry: Running, outcome: Outcome, error: str) -> JobStatus | None:
