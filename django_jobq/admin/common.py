@@ -291,15 +291,11 @@ def cancel_text(job: Any) -> str:
 
 
 def error_text(job: Any) -> str | None:
-    """The last error to show: for a job cancelled while it ran, the cancel in words rather than the
-    traceback its run ended with (django_jobq.outcomes.Cancelled, or whatever the task raised then)."""
-    if job.status == CANCELLED and job.cancelled_by is not None and _is_traceback(job.last_error):
+    """The last error to show: for a job someone cancelled, the cancel in words (who asked) rather
+    than the text its run ended with (the Cancelled reason, or whatever the task raised then)."""
+    if job.status == CANCELLED and job.cancelled_by is not None and job.last_error:
         return cancel_text(job)
     return job.last_error  # type: ignore[no-any-return]
-
-
-def _is_traceback(text: str | None) -> bool:
-    return text is not None and text.lstrip().startswith("Traceback")
 
 
 def lanes_text(lanes: dict[str, int]) -> str:
