@@ -1,6 +1,7 @@
 """django-jobq: a PostgreSQL job queue for Django."""
 
 from .backoff import RetryPolicy, compute_backoff
+from .batches import Batch, BatchJob
 from .exceptions import (
     ArgumentsNotJSON,
     ConfigurationError,
@@ -30,6 +31,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentsNotJSON",
+    "Batch",
+    "BatchJob",
     "CancelCounts",
     "CancelOutcome",
     "Cancelled",

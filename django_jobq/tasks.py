@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 
 from . import registry, validation
 from .backoff import RetryPolicy
+from .batches import Batch
 from .conf import rate_setting
 from .exceptions import ConfigurationError, InvalidJob, JobFailed, PayloadMismatch
 from .registry import capped_tasks, close_task_names, find_task, get_task, registered_tasks
@@ -66,6 +67,7 @@ class Task(Generic[P, R]):
     # exceptions that end the job CANCELLED at once (no retry, no dead letter), besides
     # JOBQ["DISCARD_ON"]: e.g. (ObjectDoesNotExist,) for work whose object was deleted meanwhile
     discard_on: tuple[type[BaseException], ...] = ()
+    batch: Batch | None = None  # called with a list of jobs (django_jobq.batches)
     options: EnqueueOptions = field(default_factory=EnqueueOptions)
 
     @property
@@ -88,6 +90,8 @@ class Task(Generic[P, R]):
             raise PayloadMismatch(
                 f"payload must be a JSON object, not {type(payload).__name__}: {payload!r:.200}"
             )
+        if self.batch is not None:  # the function takes the batch; a payload is any JSON object
+            return
         if (problem := _binding_problem(self.func, int(self.takes_context), tuple(payload))) is not None:
             raise PayloadMismatch(f"payload does not fit {self.name}{_signature(self.func)}: {problem}")
 
@@ -191,6 +195,7 @@ def task(
     max_running_per_key: int | None = None,
     rate_limit: str | None = None,
     discard_on: tuple[type[BaseException], ...] = (),
+    batch: Batch | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -212,6 +217,7 @@ def task(
     max_running_per_key: int | None = None,
     rate_limit: str | None = None,
     discard_on: tuple[type[BaseException], ...] = (),
+    batch: Batch | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register ``func`` as a task: ``@task`` or ``@task(name=..., queue=..., ...)``."""
 
@@ -239,6 +245,9 @@ def task(
             raise ConfigurationError(f"discard_on must be exception classes, not {discard_on!r:.100}")
         if atomic and inspect.iscoroutinefunction(func):
             raise ConfigurationError("atomic=True needs a sync function: Django transactions are per thread")
+        _check_batch(
+            batch, atomic=atomic, takes_context=takes_context, capped=(max_running, max_running_per_key)
+        )
         new = Task(
             func=func,
             name=task_name,
@@ -255,10 +264,30 @@ def task(
             max_running_per_key=max_running_per_key,
             rate_limit=rate,
             discard_on=discards,
+            batch=batch,
         )
         return registry.register(new)
 
     return register(func) if func is not None else register
+
+
+def _check_batch(batch: Any, *, atomic: bool, takes_context: bool, capped: tuple[int | None, ...]) -> None:
+    """ConfigurationError for a batch option a batch task cannot have."""
+    if batch is None:
+        return
+    if not isinstance(batch, Batch):
+        raise ConfigurationError(f"batch must be a django_jobq.Batch, not {batch!r:.100}")
+    if atomic:
+        raise ConfigurationError(
+            "a batch task cannot be atomic: its jobs end one by one, not in one transaction"
+        )
+    if takes_context:
+        raise ConfigurationError("a batch task takes no context: each BatchJob carries its own (job.context)")
+    if any(cap is not None for cap in capped):
+        raise ConfigurationError(
+            "a batch task takes no max_running or max_running_per_key: bound its calls with the batch size, "
+            'its lane\'s slots or its queue\'s JOBQ["QUEUES"][...]["MAX_RUNNING"] (which counts every job)'
+        )
 
 
 @functools.lru_cache(maxsize=4096)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 
 from ..status import CancelCounts, CancelOutcome, JobStatus
+from .batching import BatchClaimManager
 from .consuming import ConsumerManager, result_json
 from .control import ControlManager
 from .graphs import GraphManager
@@ -30,6 +31,7 @@ __all__ = ["JobManager", "NewJob", "result_json"]
 class JobManager(
     GraphManager,
     ConsumerManager,
+    BatchClaimManager,
     WaitingManager,
     MaintenanceManager,
     ControlManager,

@@ -22,6 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ..exceptions import ConfigurationError
 from .capabilities import POSTGRESQL, SQLITE, Capabilities
 from .engine import Engine, Result, Script, Unsupported
+from .postgres import batches as pg_batches
 from .postgres import control as pg_control
 from .postgres import depth as pg_depth
 from .postgres import enqueue as pg_enqueue
@@ -35,6 +36,7 @@ from .postgres import stats as pg_stats
 from .postgres import workers as pg_workers
 from .postgres import workflows as pg_workflows
 from .postgres.engine import PostgresEngine
+from .sqlite import batches as lite_batches
 from .sqlite import control as lite_control
 from .sqlite import enqueue as lite_enqueue
 from .sqlite import inbound as lite_inbound
@@ -73,6 +75,7 @@ POSTGRES = _statements(
     pg_workers,
     pg_control,
     pg_workflows,
+    pg_batches,
 )
 SQLITE_STATEMENTS = _statements(
     lite_jobs,
@@ -83,6 +86,7 @@ SQLITE_STATEMENTS = _statements(
     lite_workers,
     lite_control,
     lite_workflows,
+    lite_batches,
 )
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):

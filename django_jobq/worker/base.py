@@ -77,6 +77,9 @@ class WorkerBase:
     _running: dict[tuple[int, int], Running]
     _unknown_tasks: set[str]  # task names this worker gave jobs back for (warned once each)
     _lock: threading.Lock
+    # held while a slot claims a batch's jobs and records them as running, and while the dispatcher
+    # releases the jobs it does not know of after a lost reply: it never takes a batch's fresh claims
+    _batch_claims: threading.Lock
 
     def stop(self) -> None:
         raise NotImplementedError

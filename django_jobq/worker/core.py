@@ -100,6 +100,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self._unknown_tasks = set()
         self._running = {}
         self._lock = threading.Lock()
+        self._batch_claims = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.listener = None
         self.idle_lock = None

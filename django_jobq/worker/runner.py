@@ -188,6 +188,48 @@ def _from_the_call(tb: TracebackType | None) -> TracebackType | None:
     return first if tb is None else tb
 
 
+def outcome_of(
+    exc: BaseException, job: Job, fence: int, attempt: int, policy: RetryPolicy,
+    discards: tuple[type[BaseException], ...], cancelled: bool, duration: float,
+) -> Outcome:  # fmt: skip
+    """What an exception ends a run with: a snooze (Snooze, within JOBQ["MAX_SNOOZES"]); CANCELLED (a
+    cancel was asked, Cancelled, Discard or a discard_on exception); DEAD (a permanent error, or the
+    last attempt); else a retry after the policy's backoff."""
+    conf = jobq_settings()
+    if isinstance(exc, Snooze):
+        if (job.snoozes or 0) < conf.max_snoozes:
+            return Outcome(fence=fence, attempt=attempt, snooze=exc.seconds, snoozed=True, duration=duration)
+        error = f"the task raised Snooze more than JOBQ['MAX_SNOOZES'] ({conf.max_snoozes}) times"
+        return Outcome(
+            fence=fence, attempt=attempt, error=error, error_class=class_path(exc), duration=duration,
+            backoff=policy.delay(attempt) if attempt < job.max_attempts else None,
+        )  # fmt: skip
+    error, error_class = format_error(exc), class_path(exc)
+    if cancelled or isinstance(exc, (Cancelled, *discards)):
+        # a Discard's reason, or the plain fact of the cancel; any other exception's traceback
+        reason = exc.reason if isinstance(exc, Discard) else error
+        if isinstance(exc, Cancelled):
+            reason = f"{exc}; the run stopped"
+        return Outcome(
+            fence=fence,
+            attempt=attempt,
+            error=reason,
+            error_class=error_class,
+            discard=True,
+            duration=duration,
+        )
+    permanent = isinstance(exc, (PermanentError, InvalidPayload, *policy.permanent))
+    if permanent or attempt >= job.max_attempts:
+        return Outcome(
+            fence=fence, attempt=attempt, error=error, error_class=error_class, permanent=permanent,
+            duration=duration,
+        )  # fmt: skip
+    return Outcome(
+        fence=fence, attempt=attempt, error=error, error_class=error_class, backoff=policy.delay(attempt),
+        duration=duration,
+    )  # fmt: skip
+
+
 class SlotRunner:
     """Executes jobs in one slot thread; owns the slot's event loop for ``async def`` tasks.
 
@@ -270,49 +312,16 @@ class SlotRunner:
                     fence=fence, attempt=attempt, error=str(exc), discard=True,
                     duration=time.monotonic() - started,
                 )  # fmt: skip
-            except Snooze as exc:
-                duration = time.monotonic() - started
-                if (job.snoozes or 0) < conf.max_snoozes:
-                    return Outcome(
-                        fence=fence, attempt=attempt, snooze=exc.seconds, snoozed=True, duration=duration
-                    )
-                error = f"the task raised Snooze more than JOBQ['MAX_SNOOZES'] ({conf.max_snoozes}) times"
-                return Outcome(
-                    fence=fence, attempt=attempt, error=error, error_class=class_path(exc), duration=duration,
-                    backoff=policy.delay(attempt) if attempt < job.max_attempts else None,
-                )  # fmt: skip
             except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the task's, never the slot's
                 duration = time.monotonic() - started
-                error, error_class = format_error(exc), class_path(exc)
-                if cancel.is_set() or isinstance(exc, (Cancelled, *discards)):
-                    # a Discard's reason, or the plain fact of the cancel; any other exception's traceback
-                    reason = exc.reason if isinstance(exc, Discard) else error
-                    if isinstance(exc, Cancelled):
-                        reason = f"{exc}; the run stopped"
-                    return Outcome(
-                        fence=fence, attempt=attempt, error=reason, error_class=error_class, discard=True,
-                        duration=duration,
-                    )  # fmt: skip
-                permanent = isinstance(exc, (PermanentError, InvalidPayload, *policy.permanent))
-                if permanent or attempt >= job.max_attempts:
-                    return Outcome(
-                        fence=fence,
-                        attempt=attempt,
-                        error=error,
-                        error_class=error_class,
-                        permanent=permanent,
-                        duration=duration,
-                    )
-                delay = policy.delay(attempt)
-                if delay > conf.short_retry_seconds:
-                    return Outcome(
-                        fence=fence,
-                        attempt=attempt,
-                        error=error,
-                        error_class=error_class,
-                        backoff=delay,
-                        duration=duration,
-                    )
+                failed = outcome_of(exc, job, fence, attempt, policy, discards, cancel.is_set(), duration)
+                if (
+                    isinstance(exc, Snooze)
+                    or failed.backoff is None
+                    or failed.backoff > conf.short_retry_seconds
+                ):
+                    return failed
+                error, error_class, delay = failed.error or "", failed.error_class, failed.backoff
                 # A short delay: wait in the slot, keeping the job (the heartbeat renews its lease),
                 # while the lane has nothing else due. Stopping meanwhile, other work due, or the
                 # database away: this attempt fails the usual way, its retry due when the wait would end.
@@ -377,18 +386,16 @@ class SlotRunner:
         cancel: CancelSignal,
     ) -> Any:  # fmt: skip
         chain = middleware.layers()
-        context = self._context(job, fence, attempt, cancel) if task.takes_context or chain else None
+        context = self.context(job, fence, attempt, cancel) if task.takes_context or chain else None
         args: tuple[Any, ...] = (context,) if task.takes_context else ()
         task.check_call(job.payload, *args)
         if not task.is_async:
             call = functools.partial(task.func, *args, **job.payload)
             return middleware.run_sync(chain, job, context, call) if chain else call()
-        if self._loop is None:
-            self._loop = asyncio.Runner()
         coroutine = functools.partial(task.func, *args, **job.payload)
         main = middleware.run_async(chain, job, context, coroutine) if chain else coroutine()
         try:
-            return self._loop.run(_cancellable(main, timeout, cancel))
+            return self.event_loop().run(_cancellable(main, timeout, cancel))
         except TimeoutError:
             if timeout is None:
                 raise
@@ -398,7 +405,13 @@ class SlotRunner:
                 raise Cancelled(f"job {job.id} was cancelled") from None
             raise
 
-    def _context(self, job: Job, fence: int, attempt: int, cancel: CancelSignal) -> JobContext:
+    def event_loop(self) -> asyncio.Runner:
+        """The slot's event loop, for ``async def`` tasks (made on first use)."""
+        if self._loop is None:
+            self._loop = asyncio.Runner()
+        return self._loop
+
+    def context(self, job: Job, fence: int, attempt: int, cancel: CancelSignal) -> JobContext:
         return JobContext(
             job_id=job.id, task=job.task, attempt=attempt, max_attempts=job.max_attempts,
             worker_id=self.worker_id, fence=fence, side_write=self.side_write, dedupe_key=job.dedupe_key,

@@ -10,8 +10,8 @@ from django.db import Error as DatabaseError
 
 from ..conf import jobq_settings
 from ..models import Job
-from ..registry import find_task
-from .base import WorkerBase
+from ..registry import find_task, resolve_task
+from .batching import BatchSlotMixin
 from .lanes import Lane, Running
 from .runner import Outcome, SlotRunner, class_path, format_error, timeout_outcome
 from .side import SideWriter
@@ -19,7 +19,7 @@ from .side import SideWriter
 logger = logging.getLogger("django_jobq")
 
 
-class SlotMixin(WorkerBase):
+class SlotMixin(BatchSlotMixin):
     _side_writer: SideWriter  # progress and lease writes off the task's connection
 
     def _slot(self, lane: Lane, number: int) -> None:
@@ -36,7 +36,11 @@ class SlotMixin(WorkerBase):
                         lane.unstarted.append(entry)
                         lane.cond.notify_all()
                     continue
-                self._run_one(lane, number, runner, entry)
+                task = resolve_task(entry.job.task)
+                if task is not None and task.batch is not None:
+                    self._run_batch(lane, number, runner, entry, task)
+                else:
+                    self._run_one(lane, number, runner, entry)
         finally:
             runner.close()
 

@@ -2,7 +2,6 @@
 
 import json
 import subprocess
-import time
 from collections import Counter
 
 import pytest
@@ -27,7 +26,8 @@ def test_processes_drain_every_job_exactly_once():
         )
         for n in range(4)
     ]
-    time.sleep(0.5)  # let the interpreters import Django before the start line
+    for p in procs:  # every process connected before any starts: a slow start never leaves one alone
+        assert p.stdout.readline().strip() == "ready"
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()

@@ -14,6 +14,8 @@ from django_jobq.models import Job  # noqa: E402
 
 
 def main(worker_id: str, batch: int) -> None:
+    Job.objects.exists()  # connected, statements warm: then say so, and wait for the start line
+    print("ready", flush=True)
     sys.stdin.readline()  # start line: every process begins at once
     claimed: list[int] = []
     sizes: list[int] = []

@@ -7,4 +7,4 @@ class TestappConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import control_tasks, receivers, supervisor_tasks, workflow_tasks  # noqa: F401
+        from . import batch_tasks, control_tasks, receivers, supervisor_tasks, workflow_tasks  # noqa: F401
