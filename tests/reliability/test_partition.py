@@ -114,8 +114,15 @@ def _late_refusals(log: str) -> set[int]:
 
 
 @pytest.mark.p0
+@pytest.mark.parametrize(
+    ("task", "count", "slots"),
+    [
+        ("test.ledger", SLOTS, SLOTS),  # a job per slot
+        ("test.ledger_batch", 5 * SLOTS, 1),  # one slot's batch holds them all (django_jobq.batches)
+    ],
+)
 def test_a_cut_off_worker_loses_its_jobs_its_late_writes_are_refused_and_it_serves_again(
-    link, processes: Processes
+    link, processes: Processes, task: str, count: int, slots: int
 ):
     processes.env = ENV
     db = connection.settings_dict
@@ -123,17 +130,17 @@ def test_a_cut_off_worker_loses_its_jobs_its_late_writes_are_refused_and_it_serv
     isready = ["pg_isready", "-q", "-h", HOST_IP, "-p", str(pgcluster.test_port())]
     assert subprocess.run([*link.prefix, *isready], timeout=30).returncode == 0, "no route from the namespace"
     ids = Job.objects.enqueue_many(
-        NewJob("test.ledger", {"ms": 0, "first_run_seconds": FIRST_RUN_SECONDS}) for _ in range(SLOTS)
+        NewJob(task, {"ms": 0, "first_run_seconds": FIRST_RUN_SECONDS}) for _ in range(count)
     )
     try:
-        processes.worker("cutoff", "--concurrency", str(SLOTS), prefix=link.prefix, env={"DATABASE_URL": url})
-        wait_until(lambda: Ledger.objects.filter(worker_id="cutoff").count() == SLOTS, timeout=60,
+        processes.worker("cutoff", "--concurrency", str(slots), prefix=link.prefix, env={"DATABASE_URL": url})
+        wait_until(lambda: Ledger.objects.filter(worker_id="cutoff").count() == count, timeout=60,
                    message="the namespaced worker running every job")  # fmt: skip
         link.cut()
         cut = time.monotonic()
         processes.start("reaper", "jobq_reap", "--interval", "0.5")
         processes.worker("rescuer", "--concurrency", str(SLOTS))
-        wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == SLOTS,
+        wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == count,
                    timeout=60, message="the other worker finishing the returned jobs")  # fmt: skip
         rescued = time.monotonic() - cut
         processes.stop("rescuer")
@@ -156,7 +163,8 @@ def test_a_cut_off_worker_loses_its_jobs_its_late_writes_are_refused_and_it_serv
     report(
         "partition",
         lease_s=LEASE,
-        jobs_held=SLOTS,
+        task=task,
+        jobs_held=count,
         partition_s=round(partition, 2),
         rescued_after_cut_s=round(rescued, 2),
         late_writes_refused=len(refused & set(ids)),
