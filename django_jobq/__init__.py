@@ -4,6 +4,8 @@ from .backoff import RetryPolicy, compute_backoff
 from .batches import Batch, BatchJob
 from .exceptions import (
     ArgumentsNotJSON,
+    BatchAnswerInvalid,
+    BatchAnswerMissing,
     ConfigurationError,
     DedupeKeyConflict,
     DependencyFailed,
@@ -32,6 +34,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentsNotJSON",
     "Batch",
+    "BatchAnswerInvalid",
+    "BatchAnswerMissing",
     "BatchJob",
     "CancelCounts",
     "CancelOutcome",

@@ -30,6 +30,15 @@ class UnknownTask(InvalidJob):
     """No task is registered under this name (and JOBQ["STRICT_TASKS"] is on)."""
 
 
+class BatchAnswerMissing(JobqError):
+    """A batch task's answer named no outcome for one of its jobs (django_jobq.batches): that job fails."""
+
+
+class BatchAnswerInvalid(JobqError):
+    """A batch task returned something other than None or a mapping of job id to outcome: every job
+    of the call fails."""
+
+
 class DependencyNotFound(InvalidJob):
     """depends_on names a job that does not exist in the queue's database; nothing was written."""
 

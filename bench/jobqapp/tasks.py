@@ -1,4 +1,5 @@
 import os
+import time
 
 import django_jobq
 from bench import work
@@ -32,3 +33,17 @@ def latency(key: int) -> None:
 @django_jobq.task(name="bench.spin")
 def spin(loops: int) -> int:
     return work.spin(loops)
+
+
+# bench.batches: work with a fixed cost per call and a small one per job (a provider's batch API)
+CALL_SECONDS, PER_JOB_SECONDS = 0.005, 0.0001
+
+
+@django_jobq.task(name="bench.call_cost")
+def call_cost() -> None:
+    time.sleep(CALL_SECONDS + PER_JOB_SECONDS)
+
+
+@django_jobq.task(name="bench.call_cost_batch", batch=django_jobq.Batch(size=100, wait=0.05))
+def call_cost_batch(jobs: list[django_jobq.BatchJob]) -> None:
+    time.sleep(CALL_SECONDS + PER_JOB_SECONDS * len(jobs))

@@ -13,7 +13,7 @@ from django.db import close_old_connections
 from .. import signals
 from ..batches import BatchJob
 from ..context import CancelSignal
-from ..exceptions import InvalidPayload, JobqError, JobTimeout
+from ..exceptions import BatchAnswerInvalid, BatchAnswerMissing, InvalidPayload, JobTimeout
 from ..managers import result_json
 from ..tasks import Task
 from . import middleware
@@ -23,14 +23,6 @@ if TYPE_CHECKING:
     from .lanes import Running
 
 logger = logging.getLogger("django_jobq")
-
-
-class BatchAnswerMissing(JobqError):
-    """A batch task's answer named no outcome for one of its jobs."""
-
-
-class BatchAnswerInvalid(JobqError):
-    """A batch task returned something other than None or a mapping of job id to outcome."""
 
 
 def run_batch(runner: SlotRunner, task: Task[Any, Any], members: list[Running]) -> list[Outcome]:

@@ -214,3 +214,17 @@ def test_a_batch_task_refuses_options_it_cannot_keep(options, message):
     options = {"batch": Batch(size=10), **options}
     with pytest.raises(ConfigurationError, match=message):
         task(name="test.refused_batch", **options)(lambda jobs: None)
+
+
+@pytest.mark.p1
+def test_a_batch_members_dependents_are_released_as_it_finishes(worker_thread):
+    from django_jobq.workflows import chain, group
+    from tests.testapp.batch_tasks import batch
+
+    first = group(*[batch.s(n=n) for n in range(5)], then=batch.s(n=100)).enqueue(name="batch flow")
+    then = chain(batch.s(n=200), batch.s(n=201)).enqueue(name="batch chain")
+    ids = [*first.job_ids, *then.job_ids]
+    worker_thread({"batches": 1}, burst=True)
+    wait_until(lambda: all_ended(ids), message="both workflows ran")
+    assert set(Job.objects.filter(id__in=ids).values_list("status", flat=True)) == {JobStatus.DONE}
+    assert Job.objects.get(pk=first.job_ids[-1]).result == {"n": 100}
