@@ -84,6 +84,10 @@ class WorkerBase:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def _paused_now(self) -> frozenset[str]:
+        """The paused queues (worker/pausing.py)."""
+        raise NotImplementedError
+
     def _db(self, op: Callable[[], T], *, attempts: int | None = None) -> T | None:
         """Run ``op`` on this thread's bounded connection; on a connection error drop the connection and
         retry with backoff. Gives up (None) after ``attempts`` tries, or, without ``attempts``, when a

@@ -65,7 +65,7 @@ class BatchSlotMixin(WorkerBase):
     def _fill(self, lane: Lane, first: Running, task: Task[Any, Any]) -> list[Running]:
         """Claim the batch's other jobs: due jobs of its task (and key) in the first one's queue, up to
         the batch's size, claiming again while it waits to fill (at most ``wait`` seconds after the
-        first was due); not past a stop, a pause of the lane or this worker's max_jobs."""
+        first was due); not past a stop, a pause of its queue or this worker's max_jobs."""
         batch = task.batch
         assert batch is not None
         job = first.job
@@ -75,7 +75,11 @@ class BatchSlotMixin(WorkerBase):
         lease = jobq_settings().lease_seconds
         members: list[Running] = []
         pause = FIRST_PAUSE
-        while len(members) < batch.size - 1 and not self.stopping.is_set() and not lane.paused:
+        while (
+            len(members) < batch.size - 1
+            and not self.stopping.is_set()
+            and job.queue not in self._paused_now()
+        ):
             with self._lock:
                 room = batch.size - 1 - len(members)
                 if self.max_jobs is not None:

@@ -251,8 +251,12 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
             for r, o in successes
             if r.job.id not in written.ended | written.busy and (state := self._written_as(r, o)) is not None
         }
-        with self._batch_claims:  # never a batch's fresh claim, not yet recorded as running
-            self._db(lambda: self._release_orphans(lane))
+
+        def release() -> None:
+            with self._batch_claims:  # never a batch's fresh claim, not yet recorded as running
+                self._release_orphans(lane)
+
+        self._db(release)
         return Written(
             done=written.done | {i for i, s in settled.items() if s == JobStatus.DONE},
             cancelled=written.cancelled | {i for i, s in settled.items() if s == JobStatus.CANCELLED},

@@ -228,3 +228,16 @@ def test_a_batch_members_dependents_are_released_as_it_finishes(worker_thread):
     wait_until(lambda: all_ended(ids), message="both workflows ran")
     assert set(Job.objects.filter(id__in=ids).values_list("status", flat=True)) == {JobStatus.DONE}
     assert Job.objects.get(pk=first.job_ids[-1]).result == {"n": 100}
+
+
+@pytest.mark.p1
+@pytest.mark.parametrize("lanes", [{"batches": 1}, {"*": 1}])
+def test_a_pause_of_its_queue_ends_a_batchs_gathering_and_it_runs_with_what_it_has(worker_thread, lanes):
+    first = enqueue("test.batch_fill", [{}])  # a batch of 5 that waits up to a minute to fill
+    worker_thread(lanes)
+    wait_until(lambda: Job.objects.get(pk=first[0]).status == JobStatus.RUNNING, message="the first claimed")
+    Job.objects.pause_queue("batches")
+    wait_until(lambda: all_ended(first), message="the batch ran without waiting out its minute")
+    later = enqueue("test.batch_fill", [{} for _ in range(4)])
+    assert list(calls().values()) == [first]
+    assert set(Job.objects.filter(id__in=later).values_list("status", flat=True)) == {JobStatus.PENDING}
