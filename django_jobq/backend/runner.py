@@ -156,7 +156,7 @@ def _finish_ok(backend: Any, result: Any, value: Any) -> Any:
 
 def _finish_failed(task: Any, backend: Any, context: JobContext, result: Any, exc: BaseException) -> None:
     """On the attempt that ends the job (permanent error or no attempts left): FAILED, task_finished."""
-    from ..worker.runner import class_path, default_policy, format_error
+    from ..worker.classify import class_path, default_policy, format_error
 
     entry = registry.find_task(task.module_path)
     policy = (entry.retry if entry else None) or default_policy()

@@ -15,7 +15,8 @@ from django.db import connections
 from .. import signals
 from ..conf import jobq_settings
 from ..status import JobStatus
-from ..worker.runner import Outcome, SlotRunner
+from ..worker.classify import Outcome
+from ..worker.runner import SlotRunner
 
 if TYPE_CHECKING:
     from ..models import Job

@@ -17,7 +17,8 @@ from ..exceptions import BatchAnswerInvalid, BatchAnswerMissing, InvalidPayload,
 from ..managers import result_json
 from ..tasks import Task
 from . import middleware
-from .runner import Outcome, SlotRunner, _cancellable, default_policy, discarded_by, outcome_of, permit_wait
+from .classify import Outcome, default_policy, discarded_by, outcome_of, permit_wait
+from .runner import SlotRunner, _cancellable
 
 if TYPE_CHECKING:
     from .lanes import Running

@@ -17,8 +17,9 @@ from ..models import Job
 from ..tasks import Task
 from .base import WorkerBase, is_connection_error
 from .batch_runner import run_batch
+from .classify import Outcome, class_path, format_error, timeout_outcome
 from .lanes import Lane, Running
-from .runner import Outcome, SlotRunner, class_path, format_error, timeout_outcome
+from .runner import SlotRunner
 
 logger = logging.getLogger("django_jobq")
 FIRST_PAUSE = 0.01  # seconds between a filling batch's claims: doubling from this ...

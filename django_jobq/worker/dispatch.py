@@ -22,11 +22,11 @@ from ..models import Job
 from ..registry import capped_tasks, resolve_task
 from ..status import JobStatus
 from .base import is_connection_error
+from .classify import Outcome
 from .failures import FailureMixin, Report
 from .lanes import Lane, Running
 from .pausing import PauseMixin
 from .rationing import RationMixin
-from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
 GIVE_BACK_RETRY_SECONDS = 1.0  # a give-back the database did not take is tried again after this

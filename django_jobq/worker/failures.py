@@ -12,9 +12,9 @@ from django.db import Error as DatabaseError
 from .. import signals
 from ..models import Job
 from ..status import JobStatus
+from .classify import Outcome
 from .lanes import Running
 from .reports import ReportMixin
-from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
 Report = Callable[[], None]  # logs and signals about an outcome, sent once the lane's jobs are handed out

@@ -17,8 +17,8 @@ from .. import signals
 from ..conf import jobq_settings
 from ..models import Job
 from .base import is_connection_error
+from .classify import timeout_outcome
 from .dispatch import DispatchMixin
-from .runner import timeout_outcome
 
 logger = logging.getLogger("django_jobq")
 

@@ -14,7 +14,7 @@ from ..exceptions import ConfigurationError, InvalidJob
 
 if TYPE_CHECKING:
     from ..models import Job
-    from .runner import Outcome
+    from .classify import Outcome
 
 
 ALL_QUEUES = "*"  # a lane serving every queue that no other lane of the worker serves

@@ -8,8 +8,8 @@ import logging
 from .. import signals
 from ..status import JobStatus
 from .base import WorkerBase
+from .classify import Outcome
 from .lanes import Running
-from .runner import Outcome
 
 logger = logging.getLogger("django_jobq")
 

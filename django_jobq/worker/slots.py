@@ -12,8 +12,9 @@ from ..conf import jobq_settings
 from ..models import Job
 from ..registry import find_task, resolve_task
 from .batching import BatchSlotMixin
+from .classify import Outcome, class_path, format_error, timeout_outcome
 from .lanes import Lane, Running
-from .runner import Outcome, SlotRunner, class_path, format_error, timeout_outcome
+from .runner import SlotRunner
 from .side import SideWriter
 
 logger = logging.getLogger("django_jobq")

@@ -195,8 +195,8 @@ def test_a_lane_whose_every_slot_is_stuck_stops_the_worker_with_a_distinct_statu
 def test_a_timeout_racing_an_in_slot_retry_never_strands_the_job(short_lease):
     """The watchdog times out a run just after its in-slot retry committed: the failure it writes names
     the old fence and is refused, and the new run is tracked (heartbeated, completable), not stranded."""
+    from django_jobq.worker.classify import Outcome
     from django_jobq.worker.lanes import Running
-    from django_jobq.worker.runner import Outcome
 
     worker = Worker({"default": 1})
     lane = worker.lanes["default"]

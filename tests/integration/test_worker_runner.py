@@ -1,4 +1,4 @@
-"""What a slot records of a failed run (worker/runner.py: format_error, the exception's class): the
+"""What a slot records of a failed run (worker/classify.py: format_error, the exception's class): the
 traceback from the task's call, as Python prints it, and the class of whatever the task raised."""
 
 import re
