@@ -34,7 +34,7 @@ else:
 
 # Counts stop here: above this many matching jobs (or past the time budget) the total is an estimate.
 ESTIMATE_COUNT_ABOVE = 10_000
-COUNT_BUDGET_MS = 100
+COUNT_BUDGET_MS = 50
 # The deepest page offered: 200 pages of 50 jobs, an OFFSET of at most 9,950 rows.
 MAX_PAGES = 200
 
