@@ -1,4 +1,4 @@
-"""What every page of the admin shares: per-request caching, the admin log, formatting, filters, paging."""
+"""What every page of the admin shares: per-request caching, the admin log, formatting."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import django
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
-from django.core.paginator import Paginator
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import dateformat, timezone
-from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -25,15 +23,10 @@ from ..status import ACTIVE, CANCELLED
 
 T = TypeVar("T")
 
-if TYPE_CHECKING:  # Paginator and ModelAdmin are generic for the type checker only
-    _Paginator = Paginator[Any]
+if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _ModelAdmin = admin.ModelAdmin[Any]
 else:
-    _Paginator = Paginator
     _ModelAdmin = admin.ModelAdmin
-
-# Above this many matching jobs the job list shows the planner's estimate of its total instead of a count.
-ESTIMATE_COUNT_ABOVE = 10_000
 
 
 class OnQueueDatabase(_ModelAdmin):
@@ -196,83 +189,6 @@ def breadcrumbs(*crumbs: tuple[str, str | None]) -> dict[str, Any]:
     separators before it, so each version's own stylesheet applies.
     """
     return {"jobq_crumbs": list(crumbs), "jobq_breadcrumbs_list": django.VERSION >= (6, 1)}
-
-
-class EstimatedCountPaginator(_Paginator):
-    """Counts up to ESTIMATE_COUNT_ABOVE rows; past that, the total is the planner's estimate.
-
-    A million-row job list is never counted: the count reads at most ESTIMATE_COUNT_ABOVE + 1 rows.
-    """
-
-    @cached_property
-    def count(self) -> int:
-        queryset = self.object_list
-        if not isinstance(queryset, QuerySet):
-            return super().count
-        counted = queryset.order_by()[: ESTIMATE_COUNT_ABOVE + 1].count()
-        if counted <= ESTIMATE_COUNT_ABOVE:
-            return counted
-        plan = json.loads(queryset.explain(format="json"))
-        return max(counted, int(plan[0]["Plan"]["Plan Rows"]))
-
-
-# -- list filters ------------------------------------------------------------------------------------------
-class _NameFilter(admin.SimpleListFilter):
-    """Filter on a text column; the choices come from bounded indexes (dashboard.filter_names)."""
-
-    which = 0
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = per_request(request, "filter_names", dashboard.filter_names)[self.which]
-        return [(name, name) for name in names]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset if value is None else queryset.filter(**{str(self.parameter_name): value})
-
-
-class QueueFilter(_NameFilter):
-    title = "queue"
-    parameter_name = "queue"
-    which = 0
-
-
-class TaskFilter(_NameFilter):
-    title = "task"
-    parameter_name = "task"
-    which = 1
-
-
-class _DeadNameFilter(_NameFilter):
-    """A dead-letter filter: only the names that have dead letters (dashboard.dead_letter_names)."""
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = per_request(request, "dead_names", dashboard.dead_letter_names)[self.which]
-        return [(name, name) for name in names]
-
-
-class DeadQueueFilter(_DeadNameFilter, QueueFilter):
-    pass
-
-
-class DeadTaskFilter(_DeadNameFilter, TaskFilter):
-    pass
-
-
-class ExceptionFilter(admin.SimpleListFilter):
-    """Dead letters by the exception class that killed them (the last line of last_error)."""
-
-    title = "exception"
-    parameter_name = "exception"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        groups = per_request(request, "dead_groups", dashboard.dead_letter_groups)
-        names = sorted({group.exception for group in groups})
-        return [(name, name or "(no error text)") for name in names]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset if value is None else queryset.filter(exception=value)
 
 
 def cancel_asked(job: Any) -> bool:

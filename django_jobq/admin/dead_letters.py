@@ -1,4 +1,8 @@
-"""The dead letters: DEAD jobs, grouped by task and exception class; requeue and delete them."""
+"""The dead letters: DEAD jobs, grouped by task and exception class; requeue and delete them.
+
+The exception is the column ``exception``, written once by the statement that made the job DEAD, and
+a key of the partial index jobq_job_dead with the queue and the task: the groups, the filters and the
+list read that index and the dead rows only, never the job table's history."""
 
 from __future__ import annotations
 
@@ -13,8 +17,46 @@ from django.utils.safestring import SafeString
 from .. import dashboard
 from ..models import DeadJob, Job
 from ..status import JobStatus
-from .common import DeadQueueFilter, DeadTaskFilter, ExceptionFilter, per_request, time_cell
+from .common import per_request, time_cell
 from .jobs import JobAdmin
+from .listing import QueueFilter, TaskFilter
+
+
+class _DeadNameFilter(admin.SimpleListFilter):
+    """A dead-letter filter: only the names that have dead letters (dashboard.dead_letter_names); the
+    column and which name (queue or task) come from QueueFilter or TaskFilter."""
+
+    which: int
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = per_request(request, "dead_names", dashboard.dead_letter_names)[self.which]
+        return [(name, name) for name in names]
+
+
+class DeadQueueFilter(_DeadNameFilter, QueueFilter):
+    pass
+
+
+class DeadTaskFilter(_DeadNameFilter, TaskFilter):
+    pass
+
+
+class ExceptionFilter(admin.SimpleListFilter):
+    """Dead letters by what killed them (the column exception; "" for none recorded)."""
+
+    title = "exception"
+    parameter_name = "exception"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        groups = per_request(request, "dead_groups", dashboard.dead_letter_groups)
+        names = sorted({group.exception for group in groups})
+        return [(name, name or "(none recorded)") for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(exception__isnull=True) if value == "" else queryset.filter(exception=value)
 
 
 @admin.register(DeadJob)
@@ -30,8 +72,13 @@ class DeadJobAdmin(JobAdmin):
     actions = ("requeue_selected", "requeue_with_options", "delete_selected")  # nothing to cancel here
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queryset = super().get_queryset(request).filter(status=JobStatus.DEAD)
-        return queryset.annotate(exception=dashboard.ExceptionClass("last_error"))
+        return super().get_queryset(request).filter(status=JobStatus.DEAD)
+
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        return self.sortable_by  # "died": jobq_job_finished, in its order
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        return self.list_display
 
     @admin.display(description="died", ordering="finished_at")
     def died(self, obj: Job) -> SafeString | str:

@@ -22,9 +22,6 @@ from ..sql import engine_of
 from ..status import JobStatus
 from .cancelling import CancelActions, cancellable
 from .common import (
-    EstimatedCountPaginator,
-    QueueFilter,
-    TaskFilter,
     cancel_asked,
     error_text,
     exact_time,
@@ -36,10 +33,20 @@ from .common import (
 )
 from .dashboard import dashboard_view
 from .job_page import JobPage
+from .listing import (
+    NARROW_STATUSES,
+    SORTS,
+    BoundedChangeList,
+    BoundedPaginator,
+    QueueFilter,
+    TaskFilter,
+    finished_filter,
+    status_filter,
+)
 from .queues import queue_state_view
 from .requeue import RequeueActions
 from .search import HELP as SEARCH_HELP
-from .search import TAG_PREFIX, BadSearch, search, workflow_id
+from .search import TAG_PREFIX, BadSearch, search, window_note, workflow_id
 
 
 class WorkflowFilter(admin.SimpleListFilter):
@@ -78,10 +85,10 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
     list_filter: ClassVar[tuple[Any, ...]] = ("status", QueueFilter, TaskFilter, WorkflowFilter)
     search_fields = ("=id", "task", "=dedupe_key")  # shown as the search box; see get_search_results
     search_help_text = SEARCH_HELP
-    sortable_by = ("id", "run_at")
+    sortable_by: ClassVar[tuple[str, ...]] = ("id",)  # and per status: get_sortable_by
     list_per_page = 50
     show_full_result_count = False
-    paginator: ClassVar[type] = EstimatedCountPaginator
+    paginator: ClassVar[type] = BoundedPaginator
     actions: Sequence[Any] = (
         "cancel_selected",
         "requeue_selected",
@@ -115,17 +122,35 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
         return request.user.has_perm("django_jobq.delete_job")
 
     # -- list ------------------------------------------------------------------------------------------
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[BoundedChangeList]:
+        return BoundedChangeList
+
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        """By id always; "run at" and "finished" only where an index serves them (listing.SORTS)."""
+        return ("id", *SORTS[status_filter(request)])
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """A finished job's progress is over: its column gives when it finished instead."""
+        shown = super().get_list_display(request)
+        if not finished_filter(request):
+            return shown
+        return tuple("finished_cell" if name == "progress_cell" else name for name in shown)
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
         term = search_term.strip()
         if not term:
             return queryset, False
+        narrowed = status_filter(request) in NARROW_STATUSES
         try:
-            return search(queryset, term), False
+            found, cut = search(queryset, term, narrowed=narrowed)
         except BadSearch as exc:
             self.message_user(request, str(exc), messages.WARNING)
             return queryset.none(), False
+        if cut:
+            self.message_user(request, window_note(), messages.INFO)
+        return found, False
 
     @admin.display(description="task")
     def task_cell(self, obj: Job) -> SafeString:
@@ -201,6 +226,10 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
     @admin.display(description="run at", ordering="run_at")
     def run_at_display(self, obj: Job) -> SafeString | str:
         return time_cell(obj.run_at)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished_cell(self, obj: Job) -> SafeString | str:
+        return time_cell(obj.finished_at)
 
     @admin.display(description="progress")
     def progress_cell(self, obj: Job) -> SafeString | str:

@@ -112,7 +112,7 @@ class DeadGroup:
     """DEAD jobs of one task that died of one exception class."""
 
     task: str
-    exception: str  # from the last line of last_error, e.g. "ValueError"; "" when there is no error text
+    exception: str  # the job's exception column, e.g. "ValueError"; "" when none was recorded
     jobs: int
     last_finished_at: dt.datetime | None
 
@@ -271,15 +271,15 @@ def dead_letter_groups(limit: int = 50) -> list[DeadGroup]:
 
     Reads the DEAD rows through the jobq_job_dead index: the cost follows the dead letters kept.
     """
-    return [DeadGroup(**row) for row in dead_letter_query()[:limit]]
+    return [DeadGroup(**{**row, "exception": row["exception"] or ""}) for row in dead_letter_query()[:limit]]
 
 
 def dead_letter_query() -> models.QuerySet[Any, Any]:
-    """The grouping query of dead_letter_groups (task, exception, jobs, last_finished_at), unsliced."""
+    """The grouping query of dead_letter_groups (task, exception, jobs, last_finished_at), unsliced.
+    The exception is the column the statement that made each job DEAD wrote (a key of jobq_job_dead)."""
     return (
         Job.objects.using(jobq_settings().database)
         .filter(status=JobStatus.DEAD)
-        .annotate(exception=ExceptionClass("last_error"))
         .values("task", "exception")
         .annotate(jobs=models.Count("id"), last_finished_at=models.Max("finished_at"))
         .order_by("-jobs", "task", "exception")

@@ -76,6 +76,11 @@ class Job(models.Model):
     )
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
+    exception = models.TextField(
+        null=True,
+        blank=True,
+        help_text="What killed a DEAD job: its exception's class (or 'lease expired'), written when it died.",
+    )
     errors = models.JSONField(default=list, blank=True, help_text="The latest failed attempts, oldest first.")
     progress = models.JSONField(null=True, blank=True)
     workflow_id = models.BigIntegerField(
@@ -129,10 +134,22 @@ class Job(models.Model):
                 condition=models.Q(status__in=[JobStatus.DONE, JobStatus.DEAD, JobStatus.CANCELLED]),
                 name="jobq_job_finished",
             ),
-            # dead letters: DEAD counts per queue (index-only) and the dead-letter list, filtered by task.
-            # Partial, so its size follows the dead letters kept, never the DONE history.
+            # dead letters: DEAD counts per queue (index-only), the dead-letter list filtered by task, and
+            # its groups per task and exception (index-only). Partial, so its size follows the dead
+            # letters kept, never the DONE history.
             models.Index(
-                fields=["queue", "task"], condition=models.Q(status=JobStatus.DEAD), name="jobq_job_dead"
+                fields=["queue", "task", "exception"],
+                condition=models.Q(status=JobStatus.DEAD),
+                name="jobq_job_dead",
+            ),
+            # cancelled jobs: the admin's list of them, newest first, and their counts per queue
+            # (index-only). Partial: written only when a job ends CANCELLED, so its size follows the
+            # cancelled jobs kept.
+            models.Index(
+                fields=["id"],
+                include=["queue"],
+                condition=models.Q(status=JobStatus.CANCELLED),
+                name="jobq_job_cancelled",
             ),
             # waiting jobs: counts per queue (the dashboard, jobq_stats), index-only. Partial: only jobs
             # held for their dependencies are in it.

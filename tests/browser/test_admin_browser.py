@@ -139,6 +139,7 @@ def seed() -> Job:
             payload={"order": 90 + i},
             worker_id="web-1:207",
             last_error=TRACEBACK,
+            exception="smtplib.SMTPServerDisconnected",  # written by the statement that made it DEAD
             errors=errors,
             started_at=now - dt.timedelta(minutes=2),
             finished_at=now - dt.timedelta(minutes=i + 1),
@@ -153,6 +154,7 @@ def seed() -> Job:
         max_attempts=1,
         payload={"q": "lamp"},
         last_error="KeyError: 'lamp'",
+        exception="KeyError",
         finished_at=now,
     )
     for i in range(3):  # one tenant's report exports: two waiting, one running

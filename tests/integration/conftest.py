@@ -53,7 +53,7 @@ def dead_job(
         last_error=errors[-1]["error"],
         errors=errors,
         finished_at=timezone.now(),
-        **fields,
+        **{"exception": exc, **fields},  # what the statement that made it DEAD writes
     )
 
 

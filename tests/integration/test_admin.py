@@ -44,7 +44,7 @@ def test_job_list_shows_each_column_in_bounded_queries(admin_client, django_asse
         make_job(payload={"i": i})
     dead = dead_job(task="test.flaky")
     running = running_job(task="test.progress", progress={"done": 30, "total": 120})
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(9):
         response = admin_client.get(JOBS)
     assert response.status_code == 200
     page = response.content.decode()
@@ -71,7 +71,7 @@ def test_job_list_filters_by_status_queue_and_task(admin_client, django_assert_m
     other = make_job(task="test.echo", queue="default")
 
     def listed(query: str) -> set[int]:
-        with django_assert_max_num_queries(6):
+        with django_assert_max_num_queries(9):
             response = admin_client.get(JOBS + query)
         assert response.status_code == 200
         return {job.pk for job in response.context["cl"].result_list}
@@ -111,7 +111,11 @@ def test_a_numeric_search_asks_for_the_id_alone(admin_client):
         response = admin_client.get(JOBS, {"q": str(job.pk)})
     assert [j.pk for j in response.context["cl"].result_list] == [job.pk]
     statements = [q["sql"] or "" for q in queries]
-    listing = [sql for sql in statements if 'FROM "jobq_job"' in sql and " WHERE " in sql]
+    listing = [
+        sql
+        for sql in statements
+        if 'FROM "jobq_job"' in sql and " WHERE " in sql and "DISTINCT" not in sql  # not the filters'
+    ]
     assert len(listing) == 2, statements  # its page of jobs, and their count
     for sql in listing:
         where = sql.split(" WHERE ", 1)[1].split(" ORDER BY ")[0].split(" LIMIT ")[0]
@@ -227,9 +231,10 @@ def test_dead_letters_are_grouped_by_task_and_exception(admin_client, django_ass
         status=JobStatus.DEAD,
         finished_at=timezone.now(),
         last_error="lease expired: worker w9 stopped renewing it",
+        exception="lease expired",
     )
     make_job(task="shop.search")  # PENDING: not a dead letter
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(9):
         response = admin_client.get(DEAD)
     assert response.status_code == 200
     groups = [(g.task, g.exception, g.jobs) for g in response.context["jobq_groups"]]
@@ -240,7 +245,7 @@ def test_dead_letters_are_grouped_by_task_and_exception(admin_client, django_ass
         ("shop.send_email", "ValueError", 1),
     ]
     assert response.context["cl"].result_count == 6
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(9):
         response = admin_client.get(DEAD, {"task": "shop.search", "exception": "KeyError"})
     assert [job.pk for job in response.context["cl"].result_list] == [lookup.pk]
     response = admin_client.get(DEAD, {"exception": "lease expired"})

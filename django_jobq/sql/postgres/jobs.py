@@ -35,6 +35,7 @@ from .pick import (
     _PICK_REST_TASK_CAPS,
     _WALK,
 )
+from .stats import EXCEPTION_CLASS as _EXCEPTION_CLASS
 from .terms import CANCELLED, DEAD, DONE, NOW, PENDING, RUNNING, WAITING, wake, wake_if_due
 
 __all__ = ["DEAD", "DONE", "NOW", "PENDING", "RUNNING", "_WALK"]  # shared with stats.py and the tests
@@ -138,6 +139,14 @@ SELECT id, status, has_dependents FROM done UNION ALL SELECT id, NULL, NULL FROM
 
 _ENDS_CANCELLED = f"(%(discard)s OR {_ASKED})"
 _GIVE_UP = f"(%(permanent)s OR attempts >= max_attempts OR {_ENDS_CANCELLED})"
+# What killed a job that goes DEAD (the column exception, the dead letters' groups): its exception's
+# class path without "builtins." (as a traceback names it), else the class its error text names; at
+# most 200 characters, as it is a key of the index jobq_job_dead.
+_DIED_OF = (
+    "COALESCE(left(regexp_replace(%(error_class)s::text, '^builtins[.]', ''), 200), "
+    + _EXCEPTION_CLASS.replace("%(expressions)s", "%(error)s::text")
+    + ")"
+)
 
 # fail: RUNNING -> PENDING (retry at now + backoff), DEAD (permanent, or attempts exhausted) or
 # CANCELLED (a Discard, %(discard)s, or a cancel asked), only by the owner of this run. Without an
@@ -154,6 +163,7 @@ SET status = CASE WHEN {_ENDS_CANCELLED} THEN {CANCELLED} WHEN {_GIVE_UP} THEN {
     key_released = key_released OR {_ENDS_CANCELLED},
     lease_until = NULL,
     last_error = %(error)s, error_count = error_count + 1,
+    exception = CASE WHEN {_ENDS_CANCELLED} THEN NULL WHEN {_GIVE_UP} THEN {_DIED_OF} END,
     errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', %(error)s::text, 'class', %(error_class)s::text)")}
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING status, {_wake_waiters("j", f"j.status IN ({DEAD}, {CANCELLED})")}
@@ -213,6 +223,8 @@ SET status = CASE WHEN {_J_ASKED} THEN {CANCELLED} WHEN {_RELEASE_DEAD} THEN {DE
     key_released = j.key_released OR {_J_ASKED},
     last_error = CASE WHEN {_J_ASKED} THEN 'cancelled by ' || coalesce(j.cancelled_by, '?')
         WHEN {_RELEASE_DEAD} THEN 'released by a stopping worker with no attempts left' ELSE j.last_error END,
+    exception = CASE WHEN {_J_ASKED} THEN NULL
+        WHEN {_RELEASE_DEAD} THEN 'released by a stopping worker with no attempts left' END,
     lease_until = NULL, run_at = {NOW},
     errors = {_append_error("j", f"jsonb_build_object('attempt', j.attempts, 'at', {NOW}, 'worker', j.worker_id, 'error', 'released: worker shut down')")}
 WHERE {_J_OWNED}
@@ -238,6 +250,7 @@ SET status = CASE WHEN {_ASKED} THEN {CANCELLED} WHEN attempts >= max_attempts T
     key_released = key_released OR {_ASKED},
     run_at = {NOW}, lease_until = NULL, error_count = error_count + 1,
     last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
+    exception = CASE WHEN {_ASKED} THEN NULL WHEN attempts >= max_attempts THEN 'lease expired' END,
     errors = {_append_error("j", f"jsonb_build_object('attempt', attempts, 'at', {NOW}, 'worker', worker_id, 'error', 'lease expired: worker stopped renewing it')")}
 WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND status = {RUNNING} AND lease_until < {NOW}
 RETURNING id, {_wake_waiters("j", f"j.status IN ({DEAD}, {CANCELLED})")}, j.queue, j.status,

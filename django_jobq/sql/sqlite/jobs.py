@@ -112,6 +112,12 @@ RETURNING id, status, has_dependents
 _ENDS_CANCELLED = f"(%(discard)s OR {_ASKED})"
 _GIVE_UP = f"(%(permanent)s OR attempts >= max_attempts OR {_ENDS_CANCELLED})"
 _RANDOM = "(abs(random()) / 9223372036854775808.0)"  # uniform in [0, 1)
+# What killed a job that goes DEAD, as on PostgreSQL: its exception's class path without "builtins.",
+# else the class its error text names (jobq_exception_class, sqlite/setup.py).
+_DIED_OF = (
+    "COALESCE(substr(CASE WHEN substr(%(error_class)s, 1, 9) = 'builtins.' THEN substr(%(error_class)s, 10)"
+    " ELSE %(error_class)s END, 1, 200), jobq_exception_class(%(error)s))"
+)
 
 # fail: RUNNING -> PENDING (retry at now + backoff), DEAD, or CANCELLED (a Discard or a cancel asked),
 # only by the owner of this run. Without an explicit backoff: full jitter below
@@ -124,6 +130,7 @@ SET status = CASE WHEN {_ENDS_CANCELLED} THEN {CANCELLED} WHEN {_GIVE_UP} THEN {
     finished_at = CASE WHEN {_GIVE_UP} THEN {NOW} END,
     worker_id = CASE WHEN {_GIVE_UP} THEN worker_id END,
     lease_until = NULL, last_error = %(error)s, error_count = error_count + 1,
+    exception = CASE WHEN {_ENDS_CANCELLED} THEN NULL WHEN {_GIVE_UP} THEN {_DIED_OF} END,
     errors = {_error("%(error)s", "%(error_class)s")}
 WHERE id = %(id)s AND {_OWNED} AND fence = COALESCE(%(fence)s, fence)
 RETURNING status, NULL
@@ -197,6 +204,8 @@ SET status = CASE WHEN {_ASKED} THEN {CANCELLED} WHEN {_RELEASE_DEAD} THEN {DEAD
     key_released = key_released OR {_ASKED},
     last_error = CASE WHEN {_ASKED} THEN 'cancelled by ' || coalesce(cancelled_by, '?')
         WHEN {_RELEASE_DEAD} THEN 'released by a stopping worker with no attempts left' ELSE last_error END,
+    exception = CASE WHEN {_ASKED} THEN NULL
+        WHEN {_RELEASE_DEAD} THEN 'released by a stopping worker with no attempts left' END,
     lease_until = NULL, run_at = {NOW},
     errors = {_error("'released: worker shut down'")}
 WHERE {_OWNED}
@@ -214,6 +223,7 @@ SET status = CASE WHEN {_ASKED} THEN {CANCELLED} WHEN attempts >= max_attempts T
     key_released = key_released OR {_ASKED},
     run_at = {NOW}, lease_until = NULL, error_count = error_count + 1,
     last_error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped renewing it',
+    exception = CASE WHEN {_ASKED} THEN NULL WHEN attempts >= max_attempts THEN 'lease expired' END,
     errors = {_error("'lease expired: worker stopped renewing it'")}
 WHERE status = {RUNNING} AND lease_until < {NOW}
 RETURNING id, NULL, queue, status

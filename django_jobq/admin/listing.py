@@ -1,0 +1,178 @@
+"""The job list at volume: filter choices that never read the job table, sorts only where an index
+serves them, a count that stops at a time budget, and pagination that never offsets deep.
+
+Each list page reads the page of jobs through an index (the primary key newest first, or a status's
+partial index) and counts what it lists at most once, within COUNT_BUDGET_MS; past that the total
+shown is the planner's estimate. Pages beyond MAX_PAGES are not offered: an OFFSET reads and drops
+every row before it, so the last page of a large table would read the table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.core.paginator import Paginator
+from django.db import OperationalError, connections, transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.functional import cached_property
+
+from .. import dashboard
+from ..conf import jobq_settings
+from ..registry import registered_tasks
+from ..status import CANCELLED, DEAD, DONE, FINISHED, PENDING, RUNNING, WAITING
+from .common import per_request
+
+if TYPE_CHECKING:  # Paginator is generic for the type checker only
+    _Paginator = Paginator[Any]
+else:
+    _Paginator = Paginator
+
+# Counts stop here: above this many matching jobs (or past the time budget) the total is an estimate.
+ESTIMATE_COUNT_ABOVE = 10_000
+COUNT_BUDGET_MS = 50
+# The deepest page offered: 200 pages of 50 jobs, an OFFSET of at most 9,950 rows.
+MAX_PAGES = 200
+
+STATUS_PARAM = "status__exact"
+# The sortable columns of the job list for each status filter, beyond the id (the primary key). "run
+# at" within a status whose jobs are few and bounded by their retention (its partial index gives
+# them, then a sort of those rows only); "finished" for the finished statuses (jobq_job_finished, in
+# its order). Without a status, or for PENDING (the backlog can be millions) and WAITING, by id only.
+SORTS: dict[int | None, tuple[str, ...]] = {
+    None: (),
+    PENDING: (),
+    WAITING: (),
+    RUNNING: ("run_at_display",),
+    DONE: ("finished_cell",),
+    DEAD: ("run_at_display", "finished_cell"),
+    CANCELLED: ("run_at_display", "finished_cell"),
+}
+
+
+# The statuses whose jobs are few enough to be searched whole (a search no index serves reads them all,
+# through the status's partial index); for the others (PENDING: the backlog, DONE: the history) and
+# without a status, such a search reads the newest search.WINDOW jobs only.
+NARROW_STATUSES = (RUNNING, WAITING, DEAD, CANCELLED)
+
+
+def status_filter(request: HttpRequest) -> int | None:
+    """The list's status filter (``?status__exact=3``), None when absent or not a status."""
+    value = request.GET.get(STATUS_PARAM, "")
+    return int(value) if value.isdigit() and int(value) in SORTS else None
+
+
+def finished_filter(request: HttpRequest) -> bool:
+    """Whether the list is filtered to one of the finished statuses (DONE, DEAD, CANCELLED)."""
+    return status_filter(request) in FINISHED
+
+
+# -- filter choices --------------------------------------------------------------------------------------
+def configured_queues() -> set[str]:
+    """The queues the configuration names: JOBQ["QUEUES"], the Tasks backends' QUEUES, the registered
+    tasks' queues."""
+    queues = set(jobq_settings().queues)
+    for backend in getattr(settings, "TASKS", {}).values():
+        if str(backend.get("BACKEND", "")).startswith("django_jobq."):
+            queues.update(q for q in backend.get("QUEUES") or () if isinstance(q, str))
+    queues.update(task.queue for task in registered_tasks().values())
+    return queues
+
+
+def filter_names() -> tuple[list[str], list[str]]:
+    """(queues, tasks) offered by the job list's filters: what the configuration and the task registry
+    name, and the names of the dead letters (one DISTINCT over the small partial index jobq_job_dead).
+    Never a read of the backlog or the history: any other name works in the address (``?queue=x``)."""
+    dead_queues, dead_tasks = dashboard.dead_letter_names()
+    queues = configured_queues() | set(dead_queues)
+    tasks = set(registered_tasks()) | set(dead_tasks)
+    return sorted(queues), sorted(tasks)
+
+
+class _NameFilter(admin.SimpleListFilter):
+    """Filter on a text column; the choices come from filter_names (configuration, registry, dead letters)."""
+
+    which = 0
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = per_request(request, "filter_names", filter_names)[self.which]
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(**{str(self.parameter_name): value})
+
+
+class QueueFilter(_NameFilter):
+    title = "queue"
+    parameter_name = "queue"
+    which = 0
+
+
+class TaskFilter(_NameFilter):
+    title = "task"
+    parameter_name = "task"
+    which = 1
+
+
+# -- sorting and counting --------------------------------------------------------------------------------
+class BoundedChangeList(ChangeList):
+    """A change list that sorts only on the columns its admin's get_sortable_by allows for the request:
+    ``?o=4`` on another column (a status sort reading the whole table) is ignored, as is any order
+    Django would add a tiebreak to that no index serves."""
+
+    def get_ordering_field(self, field_name: Any) -> Any:
+        if field_name not in (self.sortable_by or ()):
+            return None
+        return super().get_ordering_field(field_name)
+
+
+def bounded_count(queryset: QuerySet[Any]) -> int:
+    """How many rows ``queryset`` has, counted up to ESTIMATE_COUNT_ABOVE + 1 within COUNT_BUDGET_MS
+    (PostgreSQL); past either, the planner's estimate (never below what was counted)."""
+    limited = queryset.order_by()[: ESTIMATE_COUNT_ABOVE + 1]
+    connection = connections[queryset.db]
+    if connection.vendor != "postgresql":
+        counted = limited.count()
+        return counted if counted <= ESTIMATE_COUNT_ABOVE else _estimate(queryset, counted)
+    try:
+        with transaction.atomic(using=queryset.db), connection.cursor() as cursor:
+            # Local to this transaction (or savepoint), and put back before it ends: an enclosing
+            # transaction keeps its own timeout; a cancelled count's rollback undoes it too.
+            cursor.execute(
+                "SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)",
+                [f"{COUNT_BUDGET_MS}ms"],
+            )
+            (before, _) = cursor.fetchone() or ("0", None)
+            counted = limited.count()
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+    except OperationalError:  # over budget (query_canceled)
+        return _estimate(queryset, 0)
+    return counted if counted <= ESTIMATE_COUNT_ABOVE else _estimate(queryset, counted)
+
+
+def _estimate(queryset: QuerySet[Any], counted: int) -> int:
+    if connections[queryset.db].vendor != "postgresql":
+        return max(counted, queryset.count())
+    plan = json.loads(queryset.explain(format="json"))
+    return max(counted, int(plan[0]["Plan"]["Plan Rows"]))
+
+
+class BoundedPaginator(_Paginator):
+    """bounded_count's total, and at most MAX_PAGES pages: a deeper page is refused (the list shows its
+    first page again), the last page link is MAX_PAGES."""
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if not isinstance(queryset, QuerySet):
+            return super().count
+        return bounded_count(queryset)
+
+    @cached_property
+    def num_pages(self) -> int:
+        return min(super().num_pages, MAX_PAGES)
