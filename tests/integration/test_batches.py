@@ -241,3 +241,31 @@ def test_a_pause_of_its_queue_ends_a_batchs_gathering_and_it_runs_with_what_it_h
     later = enqueue("test.batch_fill", [{} for _ in range(4)])
     assert list(calls().values()) == [first]
     assert set(Job.objects.filter(id__in=later).values_list("status", flat=True)) == {JobStatus.PENDING}
+
+
+@pytest.mark.p1
+def test_signals_and_so_metrics_speak_of_each_job_of_a_batch(worker_thread):
+    from django_jobq import signals
+
+    seen: dict[str, list[int]] = defaultdict(list)
+
+    def hook(name):
+        def receive(sender=None, job=None, **kwargs):
+            seen[name].append(job.id)
+
+        return receive
+
+    receivers = {name: hook(name) for name in ("job_started", "job_succeeded", "job_retried")}
+    for name, receiver in receivers.items():
+        getattr(signals, name).connect(receiver, weak=False)
+    try:
+        ids = enqueue("test.batch", [{"n": n, "fail_attempts": int(n < 3)} for n in range(20)])
+        worker_thread({"batches": 1})
+        wait_until(lambda: all_ended(ids), message="every job ended")
+        wait_until(lambda: len(seen["job_succeeded"]) == 20, message="every success reported")
+    finally:
+        for name, receiver in receivers.items():
+            getattr(signals, name).disconnect(receiver)
+    assert sorted(seen["job_succeeded"]) == sorted(ids)
+    assert sorted(seen["job_retried"]) == sorted(ids[:3])
+    assert sorted(seen["job_started"]) == sorted(ids + ids[:3])  # one start per job and attempt
