@@ -18,7 +18,7 @@ from ..conf import jobq_settings
 from ..exceptions import DependencyFailed, DependencyNotFound, InvalidJob, WorkflowTooLarge
 from ..status import CANCELLED, DEAD, FINISHED
 from .base import retrying_conflicts
-from .producing import ProducerManager
+from .producing_many import BulkProducerManager
 
 POLICIES = ("cancel", "run")
 MAX_DEPENDENCIES = 50_000  # dependencies of one job (a group's callback: its members)
@@ -69,7 +69,7 @@ def policy(value: Any) -> str:
     return str(value)
 
 
-class GraphManager(ProducerManager):
+class GraphManager(BulkProducerManager):
     def enqueue(
         self,
         task: str,

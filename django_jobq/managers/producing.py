@@ -1,22 +1,19 @@
-"""Producing jobs: enqueue, enqueue_many and enqueue_or_get. Every value is checked before anything is
+"""Producing jobs: enqueue and enqueue_or_get (enqueue_many: producing_many.py). Every value is checked before anything is
 written; the dedupe rule (windows, modes) is decided by the statements (sql/postgres/enqueue.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from django.db import transaction
 from django.utils import timezone
 
 from .. import tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
-from ..sql.engine import NewRow
-from .base import BaseJobManager, retrying_conflicts
+from .base import BaseJobManager
 
 
 class NewJob(NamedTuple):
@@ -304,112 +301,3 @@ class ProducerManager(BaseJobManager):
         """Job ``job_id``'s task, None when there is no such job."""
         rows = self._execute(self._sql().JOB_TASK, {"id": job_id})
         return str(rows[0][0]) if rows else None
-
-    def enqueue_many(self, jobs: Iterable[NewJob], *, on_duplicate: str = "skip") -> list[int]:
-        """Insert many jobs in one statement; the ids of those inserted (and, with on_duplicate
-        "replace", of the PENDING holders replaced). Keys and modes as for enqueue; of jobs repeating
-        a key inside the batch the first wins. All or nothing: an invalid job raises (its message names
-        its index) and nothing is written."""
-        conf = jobq_settings()
-        if on_duplicate not in ("skip", "replace"):
-            raise InvalidJob(
-                f"enqueue_many's on_duplicate must be 'skip' or 'replace', not {on_duplicate!r:.100}"
-            )
-        jobs = list(jobs)
-        engine = self._engine()
-        if (
-            engine.bulk_min_rows is not None
-            and len(jobs) >= engine.bulk_min_rows
-            and not conf.depth_limits()
-            and all(getattr(job, "dedupe_key", None) is None for job in jobs)
-        ):  # checked while they are sent (a bad one aborts the COPY): no list of rows to build first
-            queues: set[str] = set()
-            params = self._common({"notify": conf.notify, "channel": conf.notify_channel})
-            ids = engine.copy_unkeyed(self.connection, len(jobs), self._rows(jobs, queues), queues, params)
-            self._wake(sorted(queues))
-            return ids
-        rows: list[NewRow] = []
-        keys: set[str] = set()
-        for row in self._rows(jobs, set()):
-            if row.dedupe_key is not None:
-                if row.dedupe_key in keys:
-                    continue  # the first job with this key wins
-                keys.add(row.dedupe_key)
-            rows.append(row)
-        if not rows:
-            return []
-        wanted = Counter(row.queue for row in rows)
-        if not set(wanted) & set(conf.depth_limits()):
-            return self._insert_many(rows, keys, on_duplicate)
-        # One transaction: the depth locks the room check takes (sql/postgres/depth.py) cover the insert.
-        with transaction.atomic(using=self.connection.alias):
-            self._check_room(wanted)
-            return self._insert_many(rows, keys, on_duplicate)
-
-    def _insert_many(self, rows: list[NewRow], keys: set[str], on_duplicate: str) -> list[int]:
-        conf = jobq_settings()
-        names = (
-            "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
-            "dedupe_dones", "dedupe_deads", "concurrency_keys", "tags", "trace_contexts",
-        )  # fmt: skip
-        params: dict[str, Any] = dict(
-            zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
-        )
-        params.update(notify=conf.notify, channel=conf.notify_channel, keys=sorted(keys))
-        sql = self._sql()
-        if not keys:
-            statement = sql.ENQUEUE_MANY
-        else:
-            statement = sql.ENQUEUE_MANY_KEYED if on_duplicate == "skip" else sql.ENQUEUE_MANY_REPLACE
-
-        def run() -> list[int]:
-            return [row[0] for row in self._execute(statement, params)]
-
-        # plain inserts take no row lock, nothing to deadlock with; keyed ones are retried
-        ids = run() if not keys else retrying_conflicts(self.connection.alias, run)
-        if ids:
-            self._wake(sorted(set(params["queues"])))
-        return ids
-
-    def _rows(self, jobs: list[NewJob], queues: set[str]) -> Iterator[NewRow]:
-        """Each job checked, with the registered task's defaults, as it will be written; its queue
-        added to ``queues``. InvalidJob names the job's index."""
-        options: dict[tuple[Any, ...], tuple[str, str, int, int]] = {}  # most jobs share their options
-        trace_context = tracing.carrier()  # the batch's enqueue: one context for all its jobs
-        for index, job in enumerate(jobs):
-            try:
-                if not isinstance(job, NewJob):
-                    raise InvalidJob(f"expected a NewJob, not {type(job).__name__}")
-                options_key = (job.task, job.queue, job.priority, job.max_attempts)
-                if (checked := options.get(options_key)) is None:
-                    checked = options[options_key] = self._options(*options_key)
-                    queues.add(checked[1])
-                task, queue, priority, max_attempts = checked
-                payload = self._payload(task, job.payload)
-                run_at = None if job.run_at is None else validation.aware(job.run_at, "run_at")
-                key = None if job.dedupe_key is None else validation.dedupe_key(job.dedupe_key)
-                done, dead = (
-                    (None, None)
-                    if key is None
-                    else self._windows(task, key, job.dedupe_done, job.dedupe_dead)
-                )
-                concurrency_key = (
-                    None if job.concurrency_key is None else validation.concurrency_key(job.concurrency_key)
-                )
-                tags = None if job.tags is None else validation.tags_json(job.tags)
-            except InvalidJob as exc:
-                raise type(exc)(f"job {index}: {exc}") from None
-            yield NewRow(
-                task,
-                queue,
-                priority,
-                max_attempts,
-                payload,
-                run_at,
-                key,
-                done,
-                dead,
-                concurrency_key,
-                tags,
-                trace_context,
-            )

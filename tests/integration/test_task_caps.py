@@ -12,7 +12,8 @@ from django.utils import timezone
 from django_jobq import InvalidJob
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.managers import NewJob
-from django_jobq.managers.consuming import ConsumerManager
+from django_jobq.managers.capping import CapManager
+from django_jobq.managers.claiming import ClaimManager
 from django_jobq.models import Job, JobStatus
 from django_jobq.tasks import task
 from tests.conftest import start_worker, wait_until
@@ -127,7 +128,7 @@ def most_at_once(runs: list[tuple[float, float]]) -> int:
 def claims(monkeypatch):
     """The jobs each of the worker's claims took (a cycle's complete_and_claim with room to claim)."""
     taken: list[int] = []
-    claim = ConsumerManager.complete_and_claim
+    claim = ClaimManager.complete_and_claim
 
     def counted(self, worker_id, done, limit, *args, **kwargs):
         completed, jobs = claim(self, worker_id, done, limit, *args, **kwargs)
@@ -135,7 +136,7 @@ def claims(monkeypatch):
             taken.append(len(jobs))
         return completed, jobs
 
-    monkeypatch.setattr(ConsumerManager, "complete_and_claim", counted)
+    monkeypatch.setattr(ClaimManager, "complete_and_claim", counted)
     return taken
 
 
@@ -143,13 +144,13 @@ def claims(monkeypatch):
 def statements(monkeypatch):
     """The claim statements run (the task caps' may claim again in the same transaction)."""
     ran: list[int] = []
-    run = ConsumerManager._run_complete_and_claim
+    run = ClaimManager._run_complete_and_claim
 
     def counted(self, statement, params):
         ran.append(params["limit"])
         return run(self, statement, params)
 
-    monkeypatch.setattr(ConsumerManager, "_run_complete_and_claim", counted)
+    monkeypatch.setattr(ClaimManager, "_run_complete_and_claim", counted)
     return ran
 
 
@@ -274,7 +275,7 @@ def test_a_claim_that_raced_another_for_the_cap_gives_its_jobs_back_in_place(mon
     returned, in its own transaction: nobody sees more than the cap RUNNING."""
     ids = Job.objects.enqueue_many(NewJob("test.capped") for _ in range(4))
     run_at = dict(Job.objects.filter(id__in=ids).values_list("id", "run_at"))
-    settle = ConsumerManager._trim_to_task_caps
+    settle = CapManager._trim_to_task_caps
     other: list = []
 
     def racing(self, worker_id, jobs):
@@ -291,7 +292,7 @@ def test_a_claim_that_raced_another_for_the_cap_gives_its_jobs_back_in_place(mon
             thread.join(30)
         return settle(self, worker_id, jobs)
 
-    monkeypatch.setattr(ConsumerManager, "_trim_to_task_caps", racing)
+    monkeypatch.setattr(CapManager, "_trim_to_task_caps", racing)
     # w1 asks for 2: its walk locks those only (the rows a walk cuts stay locked until it commits)
     _, mine = Job.objects.complete_and_claim("w1", [], 2, "default")
     assert mine == [] and len(other) == 2

@@ -1,0 +1,169 @@
+"""Claiming jobs: claim, claim_batch, and complete_and_claim (a lane's write of its successes and its
+next claim in one statement), within the queues' and the tasks' caps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from .. import validation
+from ..conf import jobq_settings
+from ..exceptions import InvalidJob
+from ..registry import capped_tasks
+from .capping import CapManager
+from .written import Written
+
+if TYPE_CHECKING:
+    from ..models import Job
+
+# A complete_and_claim statement's parameters that make it claim only.
+_CLAIM_ONLY: dict[str, Any] = {"ids": [], "fences": [], "results": []}
+
+
+class ClaimManager(CapManager):
+    def claim(
+        self, worker_id: str, *, queues: Sequence[str] | None = None, lease_seconds: float | None = None
+    ) -> Job | None:
+        """Take the next due job (lowest priority value, then run_at, then id) or None."""
+        jobs = self.claim_batch(worker_id, 1, queues=queues, lease_seconds=lease_seconds)
+        return jobs[0] if jobs else None
+
+    def claim_batch(
+        self,
+        worker_id: str,
+        limit: int,
+        *,
+        queues: Sequence[str] | None = None,
+        lease_seconds: float | None = None,
+    ) -> list[Job]:
+        """Take up to ``limit`` due jobs in one statement; each comes back RUNNING with attempts + 1
+        and a new fence."""
+        sql = self._sql()
+        params: dict[str, Any] = {
+            "worker_id": validation.name(worker_id, "worker_id"),
+            "limit": validation.integer(limit, "limit", 1, 100_000),
+            "lease": self._lease(lease_seconds),
+        }
+        if queues is None:
+            statement = sql.CLAIM_ANY_QUEUE
+        else:
+            if isinstance(queues, str) or not queues:
+                raise InvalidJob("queues must be a non-empty list of queue names (or None for all)")
+            names = list(dict.fromkeys(validation.name(q, "queue") for q in queues))
+            statement, params["queue"], params["queues"] = (
+                (sql.CLAIM_ONE_QUEUE, names[0], None) if len(names) == 1 else (sql.CLAIM_QUEUES, None, names)
+            )
+        return self._jobs(statement, params)
+
+    def complete_and_claim(
+        self,
+        worker_id: str,
+        done: Sequence[tuple[int, int, str]],
+        limit: int,
+        queue: str | None,
+        lease_seconds: float | None = None,
+        *,
+        exclude: Sequence[str] = (),
+        look_past: bool = True,
+        rations: Mapping[str, int] | None = None,
+    ) -> tuple[Written, list[Job]]:
+        """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
+        ``exclude``) in a single statement (one commit). A queue with JOBQ["QUEUES"][q]["MAX_RUNNING"]
+        is claimed from under that cap, across every worker (claim and claim_batch ignore caps).
+        When a task cap cut the claim short, it claims again for the jobs behind those held back
+        unless ``look_past`` is False (that reads the held-back jobs: the worker does it at most
+        every LOOK_PAST_SECONDS while it finds nothing there). ``rations``: queues of which it claims
+        no more than that many jobs (the rate-limit permits the worker holds for them), each apart.
+
+        Returns what the completion wrote (Written) and the jobs claimed (``limit`` may be 0)."""
+        ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
+        params: dict[str, Any] = {
+            "worker_id": worker_id, "ids": ids, "fences": fences, "results": results,
+            "limit": validation.integer(limit, "limit", 0, 100_000), "queue": queue,
+            "lease": self._lease(lease_seconds), "exclude": list(exclude), "cap": None,
+            **self._task_caps(),
+        }  # fmt: skip
+        caps, rations = jobq_settings().caps(), rations or {}
+        if queue is not None:
+            limit = min(params["limit"], rations.get(queue, limit))
+            return self._complete_and_claim({**params, "cap": caps.get(queue), "limit": limit}, look_past)
+        # The "*" lane: each rationed queue apart, at most its ration; then every other uncapped queue
+        # in one statement (which also writes the completions); then each capped one it serves.
+        jobs: list[Job] = []
+        for name, most in sorted(rations.items()):
+            if most > 0 and len(jobs) < limit:
+                more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps.get(name)}
+                jobs += self._complete_and_claim({**more, "limit": min(most, limit - len(jobs))}, look_past)[
+                    1
+                ]
+        params["exclude"] = [*exclude, *caps, *rations]
+        written, found = self._complete_and_claim({**params, "limit": limit - len(jobs)}, look_past)
+        jobs += found
+        for name in sorted(set(caps) - set(exclude) - set(rations)):
+            if len(jobs) >= limit:
+                break
+            more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps[name]}
+            jobs += self._complete_and_claim({**more, "limit": limit - len(jobs)}, look_past)[1]
+        return written, jobs
+
+    def _complete_and_claim(self, params: dict[str, Any], look_past: bool) -> tuple[Written, list[Job]]:
+        """One complete-and-claim statement: for one queue (capped: under the queue's CAP_LOCK, in a
+        transaction of its own), or for every queue but params["exclude"]. While tasks have caps, the
+        pick leaves out what they hold back, claims again while it cut jobs that stood ahead of others
+        and had room left, and the transaction ends under the claimed tasks' locks (capping.py)."""
+        sql = self._sql()
+        task_caps = bool(params["cap_tasks"]) and params["limit"] > 0
+        if params["queue"] is None:
+            statement = sql.COMPLETE_AND_CLAIM_REST_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM_REST
+        elif params["cap"] is None:
+            statement = sql.COMPLETE_AND_CLAIM_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM
+        else:
+            statement = (
+                sql.COMPLETE_AND_CLAIM_CAPPED_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM_CAPPED
+            )
+        if params["cap"] is None and not task_caps:
+            return self._run_complete_and_claim(statement, params)[:2]
+        with transaction.atomic(using=self.connection.alias):
+            if params["cap"] is not None:
+                self._execute(sql.CAP_LOCK, {"name": f"queue:{params['queue']}"})
+            written, jobs, held_back = self._run_complete_and_claim(statement, params)
+            taken = len(jobs)
+            # A claim that cut jobs took the first of each task (key) it cut and filled its room, so
+            # each round leaves out one more task or key than the last: the rounds end.
+            while look_past and held_back and taken and len(jobs) < params["limit"]:
+                more = {**params, **_CLAIM_ONLY, "limit": params["limit"] - len(jobs)}
+                _, found, held_back = self._run_complete_and_claim(statement, more)
+                jobs += found
+                taken = len(found)
+            if task_caps:
+                jobs = self._trim_to_task_caps(params["worker_id"], jobs)
+            return written, jobs
+
+    def _run_complete_and_claim(
+        self, statement: str, params: dict[str, Any]
+    ) -> tuple[Written, list[Job], int]:
+        """What the completion wrote, the jobs claimed, and the jobs the task caps held back
+        (held_back, of the _TASK_CAPS statements; else 0)."""
+        result = self._run(statement, params)
+        first = result.rows[0]
+        written = Written(
+            done=frozenset(first[0]), cancelled=frozenset(first[1]), busy=frozenset(first[2]),
+            settled=bool(first[3]),
+        )  # fmt: skip
+        skip = 5 if result.names[4] == "held_back" else 4
+        held_back = int(first[4]) if skip == 5 else 0
+        jobs = self._build(result.names[skip:], (row[skip:] for row in result.rows if row[skip] is not None))
+        return written, jobs, held_back
+
+    def _task_caps(self) -> dict[str, list[Any]]:
+        """The registered capped tasks as the _TASK_CAPS statements take them; none on an engine
+        without task caps (no job of a capped task is ever enqueued there)."""
+        tasks = capped_tasks() if self._engine().capabilities.task_caps else {}
+        names = sorted(tasks)
+        return {
+            "cap_tasks": names,
+            "cap_most": [tasks[n].max_running for n in names],
+            "cap_key_most": [tasks[n].max_running_per_key for n in names],
+        }
