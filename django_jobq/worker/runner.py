@@ -119,17 +119,20 @@ class CancelledRun(Exception):
     and that write) rolls back, and the run ends CANCELLED."""
 
 
-def permit_wait(task: Task[Any, Any], queue: str, *, permitted: bool = False) -> float | None:
+def permit_wait(
+    task: Task[Any, Any], queue: str, *, permitted: bool = False, task_permitted: bool = False
+) -> float | None:
     """None when the task's and the queue's rate limits (if any) grant a start now; otherwise the
-    seconds until the next permit is expected (one permit's interval). ``permitted``: the queue's
-    permit was taken with the claim (worker/rationing.py). Without the database the limit fails
-    closed: no start, try again after JOBQ["POLL_INTERVAL"]."""
+    seconds until the next permit is expected (one permit's interval). ``permitted``,
+    ``task_permitted``: the queue's, the task's permit was taken with the claim (worker/rationing.py).
+    Without the database the limit fails closed: no start, try again after JOBQ["POLL_INTERVAL"]."""
     conf = jobq_settings()
     options = None if permitted else conf.queues.get(queue)
     queue_rate = options.rate_limit if options is not None else None
-    if task.rate_limit is None and queue_rate is None:
+    task_rate = None if task_permitted else task.rate_limit
+    if task_rate is None and queue_rate is None:
         return None
-    for key, rate in ((f"jobq:task:{task.name}", task.rate_limit), (f"jobq:queue:{queue}", queue_rate)):
+    for key, rate in ((f"jobq:task:{task.name}", task_rate), (f"jobq:queue:{queue}", queue_rate)):
         if rate is None:
             continue
         count, seconds = rate
@@ -221,14 +224,16 @@ class SlotRunner:
 
     def run(
         self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal | None = None,
-        *, permitted: bool = False,
+        *, permitted: bool = False, task_permitted: bool = False,
     ) -> Outcome:  # fmt: skip
-        """``permitted``: the job was claimed with its queue's rate-limit permit (its first start
-        takes none; a retry in the slot does)."""
+        """``permitted``, ``task_permitted``: the job was claimed with its queue's, its task's
+        rate-limit permit (its first start takes none; a retry in the slot does)."""
         if self.own_connections:
             close_old_connections()
         try:
-            return self._run(job, fence, attempt, on_attempt, cancel or CancelSignal(), permitted)
+            return self._run(
+                job, fence, attempt, on_attempt, cancel or CancelSignal(), (permitted, task_permitted)
+            )
         except Exception as exc:  # never let a job end the slot: a failure like any other, retried
             return Outcome(fence=fence, attempt=attempt, error=format_error(exc), error_class=class_path(exc))
         finally:
@@ -236,8 +241,9 @@ class SlotRunner:
                 close_old_connections()
 
     def _run(
-        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal, permitted: bool
-    ) -> Outcome:
+        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal,
+        permits: tuple[bool, bool],
+    ) -> Outcome:  # fmt: skip
         task = resolve_task(job.task)
         if task is None:
             return unknown_task_outcome(job, fence, attempt)
@@ -249,9 +255,10 @@ class SlotRunner:
                 return Outcome(
                     fence=fence, attempt=attempt, error="cancelled before it started", discard=True
                 )
-            if (wait := permit_wait(task, job.queue, permitted=permitted)) is not None:
+            wait = permit_wait(task, job.queue, permitted=permits[0], task_permitted=permits[1])
+            if wait is not None:
                 return Outcome(fence=fence, attempt=attempt, snooze=wait)
-            permitted = False  # a retry in the slot takes a permit of its own
+            permits = (False, False)  # a retry in the slot takes permits of its own
             started = time.monotonic()
             signals.send(signals.job_started, job=job, worker_id=self.worker_id)
             try:
