@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common, memory
+from bench.ratedrain import rate_drain
 from bench.systems import SYSTEMS, System
 from bench.systems.jobq import Jobq
 from bench.systems.psycopg_ceiling import Psycopg
@@ -255,6 +256,7 @@ OPS = {
     "latency": latency,
     "ceiling": ceiling,
     "rate_limit": rate_limit,
+    "rate_drain": rate_drain,
 }
 
 
@@ -377,6 +379,8 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["BENCH_JOBQ"] = json.dumps(params["jobq"])
     if params.get("kind") == "noop_capped":  # the capped task exists only for its own workload
         os.environ["BENCH_TASK_CAPS"] = "1"
+    if params.get("task_rate"):  # the rate-limited task exists only for its own workload
+        os.environ["BENCH_TASK_RATE"] = params["task_rate"]
     system = SYSTEMS[args.system](args.database)
     try:
         result = OPS[args.op](system, params)

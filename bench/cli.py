@@ -47,6 +47,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--systems", default="all", help=f"comma-separated, from {', '.join(SYSTEMS)} (default all)"
     )
     parser.add_argument("--workloads", default="all", help=f"comma-separated, from {', '.join(GROUPS)}")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="comma-separated workload names of those groups, e.g. 'RL drain' (default all)",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the report as Markdown")
     parser.add_argument("--list", action="store_true", help="list the systems and whether they can run")
@@ -168,7 +173,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:18} {st['label']:20} {st['version'] or '':10} {st['skipped'] or 'available'}")
         return 0
 
-    plan = [w for w in workloads(sizes) if w.group in args.groups]
+    rows = {r.strip() for r in args.rows.split(",") if r.strip()}
+    plan = [w for w in workloads(sizes) if w.group in args.groups and (not rows or w.key in rows)]
+    if unknown := rows - {w.key for w in plan}:
+        print(
+            f"python -m bench: unknown row(s) in those groups: {', '.join(sorted(unknown))}", file=sys.stderr
+        )
+        return 2
     runnable = [n for n in args.names if status[n]["skipped"] is None]
     token = secrets.token_hex(3)
     logdir = DEFAULT_JSON.parent / "logs" / token

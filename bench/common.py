@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 DB_PREFIX = "jobq_bench_"  # every database this suite creates (and drops) starts with this
+RL_DRAIN_RATE = 200  # RL drain: the queue's (the task's) rate limit, jobs a second
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -118,6 +119,7 @@ class Sizes:
     latency_concurrency: int = 4  # W3
     rl_threads: int = 8  # RL: threads calling acquire()
     rl_seconds: float = 3.0  # RL: how long each measurement calls
+    rl_drain_jobs: int = 4_000  # RL drain: due jobs of a rate-limited queue (task), RL_DRAIN_RATE a second
     deadline: float = 8.0  # seconds a throughput measurement may take at most
     producers: int = 8  # W7: enqueueing processes
     producer_seconds: float = 4.0  # W7: how long each enqueues
@@ -136,6 +138,7 @@ QUICK = Sizes(
     sleep_jobs=64,
     deadline=5.0,
     rl_seconds=0.5,
+    rl_drain_jobs=600,
     producer_seconds=0.5,
 )
 

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import Sizes
+from bench.common import RL_DRAIN_RATE, Sizes
 from bench.systems import System
 
 
@@ -236,6 +236,25 @@ def workloads(s: Sizes) -> list[Workload]:
                 params={"limiter": limiter, "threads": threads, "keys": keys, "seconds": s.rl_seconds},
                 applies=lambda cls: cls.name == "jobq",
                 skip_reason="measures django-jobq's own rate-limit primitive",
+            )
+        )
+    # A drain under a rate limit: how close to its limit it runs, and how many claims each run costs
+    # (a claim that finds no permit gives the job back: a wasted claim and two dead row versions).
+    limit = f"{RL_DRAIN_RATE}/s"
+    for key, what, extra in [
+        ("RL drain", f'a queue with RATE_LIMIT "{limit}"', {"jobq": {"QUEUES": {"default": {"RATE_LIMIT": limit}}}}),
+        ("RL drain task", f'a task with rate_limit="{limit}"', {"task_rate": limit}),
+    ]:  # fmt: skip
+        out.append(
+            Workload(
+                key=key,
+                group="RL",
+                title=f"drain {s.rl_drain_jobs:,} due no-op jobs of {what}, concurrency 4: jobs/s once the "
+                f"bucket's first {RL_DRAIN_RATE} permits are spent, and claims per run",
+                op="rate_drain",
+                params={"jobs": s.rl_drain_jobs, "rate": RL_DRAIN_RATE, "concurrency": 4, **extra},
+                applies=lambda cls: cls.name == "jobq",
+                skip_reason="measures django-jobq's rate-limited claims",
             )
         )
     return out

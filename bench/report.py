@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from bench.common import Sizes, summary
+from bench.common import RL_DRAIN_RATE, Sizes, summary
 from bench.plan import Workload
 from bench.systems import PEERS, SYSTEMS
 
@@ -15,6 +15,7 @@ OBSERVED = "jobq_observed"  # django-jobq with metrics and the tracing middlewar
 DJANGO_TASKS = "jobq_tasks"  # django-jobq through Django's Tasks API, held against native jobq
 CEILING = "psycopg"
 FLOOR = CEILING  # W3: plain psycopg's wake-up is the floor django-jobq's latency is held against
+CLAIMS = "claims/run"  # RL drain: jobs claimed per run started (1.00: no claim given back)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -26,7 +27,7 @@ class Row:
 
     @property
     def lower_is_better(self) -> bool:
-        return self.unit in ("ms", "MiB")
+        return self.unit in ("ms", "MiB", CLAIMS)
 
 
 def rows(plan: list[Workload]) -> list[Row]:
@@ -34,6 +35,11 @@ def rows(plan: list[Workload]) -> list[Row]:
     for w in plan:
         if w.op == "latency":
             out += [Row(f"{w.key} {q}", w.key, q, "ms") for q in ("p50", "p95", "p99")]
+        elif w.op == "rate_drain":
+            out += [
+                Row(w.key, w.key, "rate", "jobs/s"),
+                Row(f"{w.key} claims", w.key, "claims_per_run", CLAIMS),
+            ]
         elif w.op != "install":
             out.append(Row(w.key, w.key, "rate", "calls/s" if w.op == "rate_limit" else "jobs/s"))
     return out + memory_rows(plan)
@@ -161,6 +167,8 @@ def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, fl
     if w.startswith("RL c") and w != "RL c1":
         value = _median(results, "RL c1", JOBQ)
         return ("django-jobq RL c1", value) if value else None
+    if w.startswith("RL drain") and row.field == "rate":
+        return (f"its limit, {RL_DRAIN_RATE}/s", float(RL_DRAIN_RATE))
     if w.startswith("W6"):
         return (
             f"ideal {sizes.sleep_concurrency}/{sizes.sleep_seconds:g} s",
@@ -253,6 +261,17 @@ TARGETS: tuple[Target, ...] = (
     _ratio("W5 backlog >= 0.9x W2 c4", _f("W5 backlog"), _f("W2 c4"), 0.9),
     _ratio("W5 history >= 0.9x W2 c4", _f("W5 history"), _f("W2 c4"), 0.9),
     _ratio("W5 history 10M >= 0.85x W2 c4", _f("W5 history 10M"), _f("W2 c4"), 0.85),
+    # RL drain (task): a rate-limited drain keeps up with its limit, and claims each job about once.
+    *(
+        target
+        for key in ("RL drain", "RL drain task")
+        for target in (
+            Target(
+                f"{key} >= 0.95x its limit ({RL_DRAIN_RATE}/s)", _f(key), None, ">=", 0.95 * RL_DRAIN_RATE
+            ),
+            Target(f"{key} claims <= 1.1 per run", _f(key, field="claims_per_run"), None, "<=", 1.1),
+        )
+    ),
     # Memory.
     Target(
         f"jobq worker RSS growth over W2 c4's second half <= {RSS_GROWTH_LIMIT:g} bytes/job",
@@ -318,6 +337,8 @@ def fmt_value(value: float, unit: str) -> str:
         return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
     if unit == "MiB":
         return f"{value:,.1f}"
+    if unit == CLAIMS:
+        return f"{value:.2f}"
     return f"{value:,.0f}"
 
 
@@ -388,6 +409,8 @@ def _fmt_input(i: dict[str, Any]) -> str:
     field, median = i["field"], i["median"]
     if field in ("p50", "p95", "p99"):
         return f"{_fmt_workload(i)} {fmt_value(median, 'ms')} ms"
+    if field == "claims_per_run":
+        return f"{_fmt_workload(i)} {median:.2f}"
     if field == "rss_growth_per_job":
         return f"{_fmt_workload(i)} {median:,.0f} bytes/job"
     return f"{_fmt_workload(i)} {fmt_value(median, 'jobs/s')}/s"

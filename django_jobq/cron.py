@@ -19,8 +19,6 @@ import re
 import zoneinfo
 from typing import NamedTuple
 
-from cronsim import CronSim, CronSimError
-
 from .exceptions import InvalidJob
 
 MAX_SPEC_LENGTH = 200
@@ -97,6 +95,8 @@ def _parse(spec: str) -> Spec:
         if not _CRON_FIELD.fullmatch(field):
             raise InvalidJob(f"cron expression {spec!r}: unexpected character in {field!r}")
     expr = " ".join(fields).upper()
+    from cronsim import CronSim, CronSimError  # loaded with the first schedule, not by every process
+
     try:
         parsed = CronSim(expr, _PROBE)
         next(parsed)
@@ -180,6 +180,8 @@ def _next_on_wall_clock(
     after ``after`` is the answer; matches of a repeated hour seen again from its second pass map
     to instants already past, and are skipped.
     """
+    from cronsim import CronSim
+
     for wall in CronSim(expr, local.replace(tzinfo=None, fold=0)):
         found = _instants(wall, zone)
         instant = found[0] if found else _gap_end(wall, zone)
@@ -204,6 +206,8 @@ def _next_in_real_time(
         if repeated > dt.timedelta(0):
             start = wall - repeated
     best: dt.datetime | None = None
+    from cronsim import CronSim
+
     for candidate in CronSim(expr, start):
         for instant in _instants(candidate, zone):
             if instant > after and (best is None or instant < best):

@@ -4,12 +4,14 @@ Enqueue keeps the caller's trace context in the job (``trace_context``: the W3C 
 ``tracestate`` the configured propagator writes), when there is a valid current span; the task
 middleware ``django_jobq.tracing.middleware`` (JOBQ["MIDDLEWARE"]) runs each run in a ``process``
 span of kind CONSUMER, linked to that context: each retry is a span of its own, linked to the same
-origin. Without opentelemetry-api installed both do nothing, at the cost of one failed import."""
+origin. Without opentelemetry-api installed both do nothing, at the cost of one failed import; enqueue
+loads the API only once something in the process did (a configured SDK, an instrumentation)."""
 
 from __future__ import annotations
 
 import inspect
 import json
+import sys
 from typing import Any
 
 from .outcomes import Cancelled, Discard, Snooze
@@ -35,6 +37,10 @@ def _otel() -> Any:
 
 def carrier() -> str | None:
     """The current trace context as the JSON a job keeps; None without a valid current span."""
+    if "opentelemetry.trace" not in sys.modules:
+        # No span can be current in a process that never loaded the API: nothing to keep, and no
+        # reason for every process that enqueues (a worker's tasks too) to load it.
+        return None
     api = _otel()
     if not api:
         return None

@@ -20,6 +20,14 @@ if os.environ.get("BENCH_TASK_CAPS") == "1":  # set by bench.child for FC task c
         work.noop()
 
 
+if os.environ.get("BENCH_TASK_RATE"):  # set by bench.child for RL drain task only
+
+    @django_jobq.task(name="bench.noop_limited", rate_limit=os.environ["BENCH_TASK_RATE"])
+    def noop_limited() -> None:
+        """RL drain task: the no-op under a task rate limit (across workers)."""
+        work.noop()
+
+
 @django_jobq.task(name="bench.sleep")
 def sleep() -> None:
     work.sleep()

@@ -55,7 +55,10 @@ class Jobq(DjangoSystem):
 
         setup_django(self.name, self.db_url)
         ready()
-        call_command("jobq_worker", "--queues", f"default:{slots}")
+        # RL drain reads the worker's own counters (claims, starts) from its metrics endpoint.
+        port = os.environ.get("BENCH_METRICS_PORT")
+        extra = ["--metrics-port", port, "--metrics-addr", "127.0.0.1"] if port else []
+        call_command("jobq_worker", "--queues", f"default:{slots}", *extra)
 
     # -- W5: the same drain with a big table -----------------------------------------------------------
     def insert_history(self, conn: Any, rows: int) -> None:
@@ -81,17 +84,18 @@ class Jobq(DjangoSystem):
         with common.connect(self.db_url) as conn:
             _insert_done(conn, first, last)
 
-    def insert_pending(self, conn: Any, rows: int) -> None:
-        """``rows`` due PENDING jobs in one statement (and one notification, as enqueue_many sends)."""
+    def insert_pending(self, conn: Any, rows: int, task: str = "bench.noop") -> None:
+        """``rows`` due PENDING jobs of ``task`` in one statement (and one notification, as
+        enqueue_many sends)."""
         with conn.transaction():
             conn.execute(
                 """
                 INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts,
                                       max_attempts, errors, created_at)
-                SELECT 'bench.noop', 'default', '{}'::jsonb, 0, 100, now(), 0, 5, '[]'::jsonb, now()
+                SELECT %s, 'default', '{}'::jsonb, 0, 100, now(), 0, 5, '[]'::jsonb, now()
                 FROM generate_series(1, %s)
                 """,
-                [rows],
+                [task, rows],
             )
             conn.execute("SELECT pg_notify('jobq', 'default')")
 

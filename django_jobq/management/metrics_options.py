@@ -8,9 +8,6 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from .. import metrics
-from ..metrics import worker as worker_metrics
-
 
 def add_arguments(parser: CommandParser) -> None:
     parser.add_argument(
@@ -47,6 +44,10 @@ def start(options: dict[str, Any]) -> Any:
         return None
     if not 1 <= port <= 65535:
         raise CommandError(f"--metrics-port must be in [1, 65535], not {port}")
+    # prometheus-client is loaded here, with an endpoint to serve, never by a process without one.
+    from .. import metrics
+    from ..metrics import worker as worker_metrics
+
     worker_metrics.connect()
     if options.get("metrics_db"):
         metrics.enable_database_metrics()

@@ -63,6 +63,19 @@ class CapManager(BaseJobManager):
         dropped = {job.id for job in over}
         return [job for job in jobs if job.id not in dropped]
 
+    @staticmethod
+    def _spend_rations(params: dict[str, Any], jobs: list[Job]) -> list[Job]:
+        """Take the ``jobs`` a statement of this claim took off the task rations of ``params`` (the
+        permits left, in cap_ration), so the claim's next statement takes no more jobs of a
+        rate-limited task than the permits the worker holds; ``jobs``."""
+        rations = params.get("cap_ration")
+        if jobs and rations and any(r is not None for r in rations):
+            taken = Counter(job.task for job in jobs)
+            params["cap_ration"] = [
+                None if r is None else r - taken[t] for t, r in zip(params["cap_tasks"], rations, strict=True)
+            ]
+        return jobs
+
     def snooze(self, worker_id: str, runs: list[tuple[int, int, float]]) -> set[int]:
         """Give owned (id, fence, delay) runs back to PENDING without using up an attempt, each due
         after its delay; the ids that were still owned."""

@@ -68,6 +68,7 @@ class ClaimManager(CapManager):
         exclude: Sequence[str] = (),
         look_past: bool = True,
         rations: Mapping[str, int] | None = None,
+        task_rations: Mapping[str, int] | None = None,
     ) -> tuple[Written, list[Job]]:
         """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
         ``exclude``) in a single statement (one commit). A queue with JOBQ["QUEUES"][q]["MAX_RUNNING"]
@@ -76,6 +77,8 @@ class ClaimManager(CapManager):
         unless ``look_past`` is False (that reads the held-back jobs: the worker does it at most
         every LOOK_PAST_SECONDS while it finds nothing there). ``rations``: queues of which it claims
         no more than that many jobs (the rate-limit permits the worker holds for them), each apart.
+        ``task_rations``: rate-limited tasks of which it claims no more than that many jobs in all
+        (none at 0), by the pick, as it keeps to task caps.
 
         Returns what the completion wrote (Written) and the jobs claimed (``limit`` may be 0)."""
         ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
@@ -83,7 +86,7 @@ class ClaimManager(CapManager):
             "worker_id": worker_id, "ids": ids, "fences": fences, "results": results,
             "limit": validation.integer(limit, "limit", 0, 100_000), "queue": queue,
             "lease": self._lease(lease_seconds), "exclude": list(exclude), "cap": None,
-            **self._task_caps(),
+            **self._task_caps(task_rations or {}),
         }  # fmt: skip
         caps, rations = jobq_settings().caps(), rations or {}
         if queue is not None:
@@ -95,17 +98,20 @@ class ClaimManager(CapManager):
         for name, most in sorted(rations.items()):
             if most > 0 and len(jobs) < limit:
                 more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps.get(name)}
-                jobs += self._complete_and_claim({**more, "limit": min(most, limit - len(jobs))}, look_past)[
+                found = self._complete_and_claim({**more, "limit": min(most, limit - len(jobs))}, look_past)[
                     1
                 ]
+                jobs += self._spend_rations(params, found)
         params["exclude"] = [*exclude, *caps, *rations]
         written, found = self._complete_and_claim({**params, "limit": limit - len(jobs)}, look_past)
-        jobs += found
+        jobs += self._spend_rations(params, found)
         for name in sorted(set(caps) - set(exclude) - set(rations)):
             if len(jobs) >= limit:
                 break
             more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps[name]}
-            jobs += self._complete_and_claim({**more, "limit": limit - len(jobs)}, look_past)[1]
+            jobs += self._spend_rations(
+                params, self._complete_and_claim({**more, "limit": limit - len(jobs)}, look_past)[1]
+            )
         return written, jobs
 
     def _complete_and_claim(self, params: dict[str, Any], look_past: bool) -> tuple[Written, list[Job]]:
@@ -129,13 +135,13 @@ class ClaimManager(CapManager):
             if params["cap"] is not None:
                 self._execute(sql.CAP_LOCK, {"name": f"queue:{params['queue']}"})
             written, jobs, held_back = self._run_complete_and_claim(statement, params)
-            taken = len(jobs)
+            taken = len(self._spend_rations(params, jobs))
             # A claim that cut jobs took the first of each task (key) it cut and filled its room, so
             # each round leaves out one more task or key than the last: the rounds end.
             while look_past and held_back and taken and len(jobs) < params["limit"]:
                 more = {**params, **_CLAIM_ONLY, "limit": params["limit"] - len(jobs)}
                 _, found, held_back = self._run_complete_and_claim(statement, more)
-                jobs += found
+                jobs += self._spend_rations(params, found)
                 taken = len(found)
             if task_caps:
                 jobs = self._trim_to_task_caps(params["worker_id"], jobs)
@@ -157,13 +163,18 @@ class ClaimManager(CapManager):
         jobs = self._build(result.names[skip:], (row[skip:] for row in result.rows if row[skip] is not None))
         return written, jobs, held_back
 
-    def _task_caps(self) -> dict[str, list[Any]]:
-        """The registered capped tasks as the _TASK_CAPS statements take them; none on an engine
-        without task caps (no job of a capped task is ever enqueued there)."""
-        tasks = capped_tasks() if self._engine().capabilities.task_caps else {}
-        names = sorted(tasks)
+    def _task_caps(self, rations: Mapping[str, int]) -> dict[str, list[Any]]:
+        """The registered capped tasks, and the rate-limited tasks of ``rations`` (task -> permits
+        held), as the _TASK_CAPS statements take them; none on an engine without task caps (no job of
+        a capped or rate-limited task is ever enqueued there)."""
+        if not self._engine().capabilities.task_caps:
+            tasks, rations = {}, {}
+        else:
+            tasks = capped_tasks()
+        names = sorted({*tasks, *rations})
         return {
             "cap_tasks": names,
-            "cap_most": [tasks[n].max_running for n in names],
-            "cap_key_most": [tasks[n].max_running_per_key for n in names],
+            "cap_most": [tasks[n].max_running if n in tasks else None for n in names],
+            "cap_key_most": [tasks[n].max_running_per_key if n in tasks else None for n in names],
+            "cap_ration": [rations.get(n) for n in names],
         }

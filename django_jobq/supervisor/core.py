@@ -24,11 +24,10 @@ from typing import Any
 
 from . import children, link, memory
 from .children import MAX_JOBS, MEMORY, RELOAD, Child
-from .policy import RestartPolicy, Verdict
+from .policy import EXIT_RESTART_LIMIT, RestartPolicy, Verdict
 
 logger = logging.getLogger("django_jobq.supervisor")
 
-EXIT_RESTART_LIMIT = 4  # the supervisor's exit status after more than --max-restarts in --restart-window
 EXIT_STUCK = 3  # a worker's exit status when a lane stayed wedged (django_jobq.worker.EXIT_STUCK)
 RETIRE_SECONDS = 30.0  # a process over --max-memory stops by then even if its replacement is not ready
 HARD_STOP_SECONDS = 10.0  # after a second SIGTERM/SIGINT, processes still running then are killed

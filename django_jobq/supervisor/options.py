@@ -8,12 +8,14 @@ import os
 import socket
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import validation
 from ..exceptions import InvalidJob
 from . import memory
-from .core import Plan
+
+if TYPE_CHECKING:
+    from .core import Plan
 
 MAX_PROCESSES = 256
 DEFAULT_MAX_RESTARTS = 5
@@ -72,6 +74,8 @@ def plan(options: Mapping[str, Any]) -> Plan | None:
         validation.name(f"{supervisor_id}/{10**9}", "--worker-id (with a process number)")
     except InvalidJob as exc:
         raise ValueError(str(exc)) from None
+    from .core import Plan  # the supervising loop, loaded only when there is one to run
+
     return Plan(
         supervisor_id=supervisor_id,
         processes=processes,

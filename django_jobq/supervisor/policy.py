@@ -11,6 +11,7 @@ EARLY_EXIT_SECONDS = 10.0  # a process that ends sooner than this after its star
 CRASH_LOOP_EXITS = 3  # unplanned exits within the window, the last of a process that died young: a crash loop
 BACKOFF_FIRST = 1.0  # seconds before the first start again of a crash loop; doubled at each step
 BACKOFF_CAP = 30.0  # the longest wait between starts
+EXIT_RESTART_LIMIT = 4  # the supervisor's exit status after more than --max-restarts in --restart-window
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,7 +48,11 @@ def _run(runner: SlotRunner, task: Task[Any, Any], members: list[Running]) -> li
             outcomes[i] = Outcome(
                 fence=fence, attempt=attempt, error="cancelled before it started", discard=True
             )
-        elif (wait := permit_wait(task, entry.job.queue, permitted=entry.permitted)) is not None:
+        elif (
+            wait := permit_wait(
+                task, entry.job.queue, permitted=entry.permitted, task_permitted=entry.task_permitted
+            )
+        ) is not None:
             outcomes[i] = Outcome(fence=fence, attempt=attempt, snooze=wait)  # no permit: waits for one
         elif not isinstance(entry.job.payload, dict):
             problem = InvalidPayload(f"payload must be a JSON object, not {type(entry.job.payload).__name__}")

@@ -93,17 +93,20 @@ def unknown_task_outcome(job: Job, fence: int, attempt: int) -> Outcome:
     return Outcome(fence=fence, attempt=attempt, snooze=min(high, max(low, age / 10)), unknown_task=True)
 
 
-def permit_wait(task: Task[Any, Any], queue: str, *, permitted: bool = False) -> float | None:
+def permit_wait(
+    task: Task[Any, Any], queue: str, *, permitted: bool = False, task_permitted: bool = False
+) -> float | None:
     """None when the task's and the queue's rate limits (if any) grant a start now; otherwise the
-    seconds until the next permit is expected (one permit's interval). ``permitted``: the queue's
-    permit was taken with the claim (worker/rationing.py). Without the database the limit fails
-    closed: no start, try again after JOBQ["POLL_INTERVAL"]."""
+    seconds until the next permit is expected (one permit's interval). ``permitted``,
+    ``task_permitted``: the queue's, the task's permit was taken with the claim (worker/rationing.py).
+    Without the database the limit fails closed: no start, try again after JOBQ["POLL_INTERVAL"]."""
     conf = jobq_settings()
     options = None if permitted else conf.queues.get(queue)
     queue_rate = options.rate_limit if options is not None else None
-    if task.rate_limit is None and queue_rate is None:
+    task_rate = None if task_permitted else task.rate_limit
+    if task_rate is None and queue_rate is None:
         return None
-    for key, rate in ((f"jobq:task:{task.name}", task.rate_limit), (f"jobq:queue:{queue}", queue_rate)):
+    for key, rate in ((f"jobq:task:{task.name}", task_rate), (f"jobq:queue:{queue}", queue_rate)):
         if rate is None:
             continue
         count, seconds = rate

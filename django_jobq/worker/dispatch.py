@@ -51,7 +51,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
             or (
                 self.burst
                 and lane.idle
-                and not lane.permit_at
+                and lane.next_permit() is None
                 and not self._runs_capped()
                 and self._quiet_since_claim(lane)
             )
@@ -134,7 +134,6 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                 rations = self._rations(lane, free)  # permits taken for the rate-limited queues
                 asked = self._asked(lane, free, rations)
                 jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], asked, rations)
-                self._settle_rations(lane, rations, jobs)
                 if asked:
                     signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=asked,
                                  claimed=len(jobs))  # fmt: skip
@@ -151,6 +150,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                 if self.idle_lock is not None:  # producers notify while a lane may wait for work
                     self.idle_lock.report(lane.queue, starved)
                 self._hand_out(lane, jobs, sent, rations)
+                self._settle_rations(lane, rations, jobs, asked)  # after: the jobs carry this claim's permits
                 with self._lock:
                     self._cycling -= 1
                 for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
@@ -192,7 +192,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                 look_past = sent >= lane.look_past_at
                 written, jobs = Job.objects.complete_and_claim(
                     self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past,
-                    rations=rations,
+                    rations=rations, task_rations=lane.task_rations,
                 )  # fmt: skip
                 if look_past and len(jobs) < limit:  # nothing (more) behind the held-back jobs
                     lane.look_past_at = sent + LOOK_PAST_SECONDS
@@ -286,21 +286,24 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
     def _hand_out(
         self, lane: Lane, jobs: list[Job], claimed_at: float, permitted: Container[str] = ()
     ) -> None:
-        """Give the claimed jobs to the slots (``permitted``: queues claimed with rate-limit permits)."""
+        """Give the claimed jobs to the slots (``permitted``: queues claimed with rate-limit permits;
+        the lane's task_rations: tasks)."""
         if jobs and self.abandon.is_set():  # the shutdown's release may have run already
             released = self._db(lambda: Job.objects.release(self.worker_id), attempts=3) or []
             logger.warning(
                 "worker %s: released %d job(s) claimed during shutdown", self.worker_id, len(released)
             )
-            self._return_permits(job.queue for job in jobs if job.queue in permitted)  # none of them starts
+            self._return_claim_permits(lane, jobs, permitted)  # none of them starts
             return
         default_timeout = jobq_settings().job_timeout
         jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))  # slots take them in claim order
         for job in jobs:
             task = resolve_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
+            queue_permit, task_permit = self._permits(lane, job, permitted)
             entry = Running(
-                job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at, permitted=job.queue in permitted
+                job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at, permitted=queue_permit,
+                task_permitted=task_permit,
             )  # fmt: skip
             with self._lock:
                 self._running[entry.key] = entry
@@ -347,7 +350,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                 lane.give_back_at = time.monotonic() + GIVE_BACK_RETRY_SECONDS
             return
         given_back = set(released)
-        self._return_permits(e.job.queue for e in entries if e.permitted and e.job.id in given_back)
+        self._return_permits(e for e in entries if e.job.id in given_back)
         with self._lock:
             for entry in entries:
                 if self._running.get(entry.key) is entry:

@@ -63,6 +63,7 @@ class Running:
     renewed_at: float = 0.0
     lost: bool = False  # a heartbeat found the job no longer ours: never start it
     permitted: bool = False  # claimed with a permit of its queue's rate limit (worker/rationing.py)
+    task_permitted: bool = False  # claimed with a permit of its task's rate limit (worker/rationing.py)
     cancel: CancelSignal = field(default_factory=CancelSignal)  # set when a heartbeat finds a cancel asked
 
     @property
@@ -104,6 +105,11 @@ class Lane:
     # for permits again (a wake-up clears it)
     permit_at: dict[str, float] = field(default_factory=dict)
     dry: dict[str, float] = field(default_factory=dict)
+    # rate-limited tasks whose jobs the lane claims with permits taken first, each with the permits of
+    # this cycle's claim (0: none, its jobs left out; a task just found in a claim waits for the next
+    # one); and the time at which the bucket of a task whose permits ran out has one again
+    task_rations: dict[str, int] = field(default_factory=dict)
+    task_permit_at: dict[str, float] = field(default_factory=dict)
 
     def _short(self) -> bool:
         return self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS
@@ -147,9 +153,9 @@ class Lane:
         return min((t for t in left if t > 0), default=None)
 
     def next_permit(self) -> float | None:
-        """When the first of the rate-limited queues whose permits ran out has one again (None: no
-        queue waits for one)."""
-        return min(self.permit_at.values(), default=None)
+        """When the first of the rate-limited queues and tasks whose permits ran out has one again
+        (None: none waits for one)."""
+        return min((*self.permit_at.values(), *self.task_permit_at.values()), default=None)
 
     def ran(self, seconds: float) -> None:
         """Fold one run's duration into the average. Holds cond."""

@@ -1,10 +1,17 @@
-"""Rate-limited queues (JOBQ["QUEUES"][q]["RATE_LIMIT"]): a lane takes the permits before it claims,
-and claims no more of such a queue than the permits it took. So a worker never holds a job of a
-rate-limited queue it may not start: no claim is spent on a job only to put it back, and no claim is
-made of it while its bucket is empty (the lane waits until the bucket says its next permit comes).
+"""Rate limits (JOBQ["QUEUES"][q]["RATE_LIMIT"], @task(rate_limit=...)): a lane takes the permits
+before it claims, and claims no more of a rate-limited queue, or task, than the permits it took. So a
+worker never holds a job it may not start: no claim is spent on a job only to put it back, and no claim
+is made of it while its bucket is empty (the lane waits until the bucket says its next permit comes).
 
-Each claimed job carries its permit to its slot, which starts it without taking another (a retry in the
-slot takes its own). A permit no job was found for goes back to the bucket at once, and so does the
+A queue's permits bound how many jobs the lane's claim takes from that queue. A task's bound how many
+of its jobs the claim takes, wherever they are queued (the pick keeps to them as it keeps to task caps,
+sql/postgres/pick.py); a lane does this for each rate-limited task whose jobs it has claimed, from the
+claim after the first one that brought such a job (that job, and any others of that claim, take their
+permit as they start), until a claim finds fewer of its jobs than permits with room to spare: then
+the task has no more due jobs, and its next job found is taken the first way again.
+
+Each claimed job carries its permits to its slot, which starts it without taking others (a retry in
+the slot takes its own). A permit no job was found for goes back to the bucket at once, and so does the
 permit of a job given back unstarted (a stopping worker, claimed-ahead jobs behind a long run). A
 worker that dies holding claimed jobs spends their permits (its jobs come back with their leases and
 take new ones); the bucket refills at its rate. Permits are taken by TokenBucket.take, one statement
@@ -15,14 +22,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import TYPE_CHECKING
 
 from ..conf import jobq_settings
 from ..exceptions import RateLimitUnavailable
 from ..ratelimit import TokenBucket
+from ..registry import resolve_task
 from .base import WorkerBase
-from .lanes import Lane
+from .lanes import Lane, Running
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -35,6 +43,18 @@ def queue_bucket(queue: str, rate: tuple[int, float]) -> TokenBucket:
     size runner.permit_wait uses for a retry in the slot)."""
     count, seconds = rate
     return TokenBucket(f"jobq:queue:{queue}", count, seconds, count)
+
+
+def task_bucket(task: str, rate: tuple[int, float]) -> TokenBucket:
+    """The bucket of a task's rate_limit (burst: its count), shared by every worker (the key and size
+    runner.permit_wait uses for a start without a permit in hand)."""
+    count, seconds = rate
+    return TokenBucket(f"jobq:task:{task}", count, seconds, count)
+
+
+def _task_rate(name: str) -> tuple[int, float] | None:
+    task = resolve_task(name)
+    return None if task is None else task.rate_limit
 
 
 class RationMixin(WorkerBase):
@@ -71,27 +91,86 @@ class RationMixin(WorkerBase):
             if wait > 0:
                 lane.permit_at[queue] = now + wait
             rations[queue] = taken
+        self._ration_tasks(lane, self._asked(lane, free, rations), now)
         return rations
+
+    def _ration_tasks(self, lane: Lane, most: int, now: float) -> None:
+        """Take the permits of this cycle's claim for the rate-limited tasks the lane rations, at most
+        ``most`` each, into lane.task_rations (0: none; the claim leaves the task's jobs out)."""
+        for task in sorted(lane.task_rations):
+            rate = _task_rate(task)
+            if most <= 0 or rate is None or now < lane.task_permit_at.get(task, 0.0):
+                lane.task_rations[task] = 0
+                continue
+            lane.task_permit_at.pop(task, None)
+            try:
+                taken, wait = task_bucket(task, rate).take(most)
+            except RateLimitUnavailable as exc:
+                logger.warning("rate limit of task %s unavailable (%s): its jobs wait", task, exc)
+                taken, wait = 0, self.poll_interval
+            if wait > 0:
+                lane.task_permit_at[task] = now + wait
+            lane.task_rations[task] = taken
 
     @staticmethod
     def _asked(lane: Lane, free: int, rations: dict[str, int]) -> int:
         """The jobs this cycle's claim asks for: a named lane of a rate-limited queue, its permits."""
         return free if lane.claims is None else min(free, rations.get(lane.claims, free))
 
-    def _settle_rations(self, lane: Lane, rations: dict[str, int], jobs: Iterable[Job]) -> None:
+    def _settle_rations(self, lane: Lane, rations: dict[str, int], jobs: list[Job], asked: int) -> None:
         """Give back the permits the claim found no job for: such a queue had no more due jobs, and
-        is not asked for permits again before the poll interval or a wake-up (Lane.dry)."""
+        is not asked for permits again before the poll interval or a wake-up (Lane.dry). A task
+        whose permits the claim did not use up although it had room (fewer jobs than ``asked``) had no
+        more due jobs: the lane stops rationing it. A rate-limited task found in the claim without
+        permits is rationed from the next claim on. Called once the claim's jobs are handed out (they
+        carry the permits of the rations they were claimed with)."""
         claimed = Counter(job.queue for job in jobs)
         for queue, taken in rations.items():
             if taken > claimed[queue]:
                 self._give_back_permits(queue, taken - claimed[queue])
                 lane.permit_at.pop(queue, None)
                 lane.dry[queue] = time.monotonic() + self.poll_interval
+        of_task = Counter(job.task for job in jobs)
+        for task, taken in list(lane.task_rations.items()):
+            if taken > of_task[task]:
+                self._give_back_task_permits(task, taken - of_task[task])
+                if len(jobs) < asked:
+                    del lane.task_rations[task]
+                    lane.task_permit_at.pop(task, None)
+        for task in of_task.keys() - lane.task_rations.keys():
+            if _task_rate(task) is not None:
+                lane.task_rations[task] = 0  # its jobs in this claim take their permits as they start
 
-    def _return_permits(self, queues: Iterable[str]) -> None:
-        """Give back the permits of claimed jobs that go back unstarted (one queue name per job)."""
-        for queue, n in Counter(queues).items():
+    def _return_permits(self, entries: Iterable[Running]) -> None:
+        """Give back the permits of claimed jobs that go back unstarted."""
+        entries = list(entries)
+        for queue, n in Counter(e.job.queue for e in entries if e.permitted).items():
             self._give_back_permits(queue, n)
+        for task, n in Counter(e.job.task for e in entries if e.task_permitted).items():
+            self._give_back_task_permits(task, n)
+
+    def _return_claim_permits(self, lane: Lane, jobs: list[Job], permitted: Container[str]) -> None:
+        """Give back the permits of a claim none of whose jobs starts (``permitted``: the queues it
+        claimed with permits)."""
+        for queue, n in Counter(job.queue for job in jobs if job.queue in permitted).items():
+            self._give_back_permits(queue, n)
+        for task, n in Counter(job.task for job in jobs if lane.task_rations.get(job.task, 0) > 0).items():
+            self._give_back_task_permits(task, n)
+
+    @staticmethod
+    def _permits(lane: Lane, job: Job, permitted: Container[str]) -> tuple[bool, bool]:
+        """Whether a job of this cycle's claim carries its queue's and its task's permit to its slot
+        (``permitted``: the queues claimed with permits)."""
+        return job.queue in permitted, lane.task_rations.get(job.task, 0) > 0
+
+    def _give_back_task_permits(self, task: str, n: int) -> None:
+        rate = _task_rate(task)
+        if rate is None:
+            return
+        try:
+            task_bucket(task, rate).give_back(n)
+        except RateLimitUnavailable as exc:  # spent: the bucket refills at its rate
+            logger.warning("could not give back %d permit(s) of task %s (%s)", n, task, exc)
 
     def _give_back_permits(self, queue: str, n: int) -> None:
         options = jobq_settings().queues.get(queue)

@@ -91,14 +91,16 @@ class SlotRunner:
 
     def run(
         self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal | None = None,
-        *, permitted: bool = False,
+        *, permitted: bool = False, task_permitted: bool = False,
     ) -> Outcome:  # fmt: skip
-        """``permitted``: the job was claimed with its queue's rate-limit permit (its first start
-        takes none; a retry in the slot does)."""
+        """``permitted``, ``task_permitted``: the job was claimed with its queue's, its task's
+        rate-limit permit (its first start takes none; a retry in the slot does)."""
         if self.own_connections:
             close_old_connections()
         try:
-            return self._run(job, fence, attempt, on_attempt, cancel or CancelSignal(), permitted)
+            return self._run(
+                job, fence, attempt, on_attempt, cancel or CancelSignal(), (permitted, task_permitted)
+            )
         except Exception as exc:  # never let a job end the slot: a failure like any other, retried
             return Outcome(fence=fence, attempt=attempt, error=format_error(exc), error_class=class_path(exc))
         finally:
@@ -106,8 +108,9 @@ class SlotRunner:
                 close_old_connections()
 
     def _run(
-        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal, permitted: bool
-    ) -> Outcome:
+        self, job: Job, fence: int, attempt: int, on_attempt: OnAttempt, cancel: CancelSignal,
+        permits: tuple[bool, bool],
+    ) -> Outcome:  # fmt: skip
         task = resolve_task(job.task)
         if task is None:
             return unknown_task_outcome(job, fence, attempt)
@@ -119,9 +122,10 @@ class SlotRunner:
                 return Outcome(
                     fence=fence, attempt=attempt, error="cancelled before it started", discard=True
                 )
-            if (wait := permit_wait(task, job.queue, permitted=permitted)) is not None:
+            wait = permit_wait(task, job.queue, permitted=permits[0], task_permitted=permits[1])
+            if wait is not None:
                 return Outcome(fence=fence, attempt=attempt, snooze=wait)
-            permitted = False  # a retry in the slot takes a permit of its own
+            permits = (False, False)  # a retry in the slot takes permits of its own
             started = time.monotonic()
             signals.send(signals.job_started, job=job, worker_id=self.worker_id)
             try:

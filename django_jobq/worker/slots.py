@@ -78,7 +78,13 @@ class SlotMixin(BatchSlotMixin):
 
         try:
             outcome = runner.run(
-                entry.job, entry.fence, entry.attempt, on_attempt, entry.cancel, permitted=entry.permitted
+                entry.job,
+                entry.fence,
+                entry.attempt,
+                on_attempt,
+                entry.cancel,
+                permitted=entry.permitted,
+                task_permitted=entry.task_permitted,
             )
         except BaseException as exc:  # never let a job end the slot
             outcome = Outcome(

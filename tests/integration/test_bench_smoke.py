@@ -51,6 +51,7 @@ def test_quick_run_measures_every_workload_for_django_jobq(tmp_path):
     doc = json.loads(out.read_text())
     for key in ("W1 single", "W1 keyed", "W1 bulk", "W2 c4", "W2 c16", "W3", "W5 history", "W5 backlog",
                 "W5 history 10M", "W6 c16", "RL c1", "RL c8", "RL c8 keys", "RL refused c1", "RL window c1",
+                "RL drain", "RL drain task",
                 "FC backlog", "FC depth", "FC others capped", "FC capped", "FC task capped",
                 "W7 p8"):  # fmt: skip
         runs = doc["results"][key]["jobq"]

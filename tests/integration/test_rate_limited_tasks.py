@@ -20,6 +20,10 @@ from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
+# A task whose bucket does not refill within a test: what is left in it is what the worker spent.
+task(name="test.five_an_hour", rate_limit="5/h")(lambda: None)
+task(name="test.twenty_a_second", rate_limit="20/s")(lambda: None)
+
 
 def most_in_any_second(times: list[dt.datetime]) -> int:
     times = sorted(times)
@@ -189,3 +193,83 @@ def test_jobs_given_back_unstarted_return_their_permits(settings):
     assert Job.objects.filter(status=JobStatus.PENDING, attempts=0).count() == 3
     assert _bucket_left("limited") == 5
     worker._side_writer.close()
+
+
+@pytest.mark.p0
+@pytest.mark.parametrize("lanes", [{"default": 4}, {"*": 4}])
+def test_a_rate_limited_task_is_claimed_no_faster_than_its_permits(worker_thread, lanes):
+    """40 due jobs of a task limited to 20/s: after the first claim that finds the task (at most
+    one job per slot, each taking its permit as it starts), the worker takes the task's permits
+    before it claims and claims no more of its jobs than it took, so each job is claimed about once
+    (a claim it could not start would be a refusal, a write and a claim more)."""
+    ids = Job.objects.enqueue_many(NewJob("test.twenty_a_second") for _ in range(40))
+    claims = _Claims()
+    try:
+        worker_thread(lanes)
+        wait_until(
+            lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 40,
+            timeout=60,
+            message="40 jobs done",
+        )
+    finally:
+        claims.close()
+    assert claims.refused <= 4  # at most the first claim's jobs, once
+    assert claims.claimed / 40 <= 1.1
+    fences = Job.objects.filter(id__in=ids).values_list("fence", flat=True)
+    assert sum(fences) / 40 <= 1.1  # each job's fence counts the claims it went through
+
+
+def test_a_burst_worker_waits_for_the_permits_of_a_rate_limited_task_and_drains_it():
+    ids = Job.objects.enqueue_many(NewJob("test.twenty_a_second") for _ in range(50))
+    Worker({"*": 4}, burst=True).run()  # exits once nothing more is due, not when the bucket is empty
+    assert Job.objects.filter(id__in=ids, status=JobStatus.DONE, attempts=1).count() == 50
+
+
+def test_a_claim_takes_no_more_jobs_of_a_rate_limited_task_than_its_permits():
+    """The claim keeps to the task's permits in all its statements (a "*" lane claims a rationed
+    queue apart from the rest), and leaves the task's jobs out at 0, taking other jobs past them."""
+    Job.objects.enqueue_many(NewJob("test.rate_limited") for _ in range(4))
+    Job.objects.enqueue_many(NewJob("test.rate_limited", queue="limited") for _ in range(4))
+    Job.objects.enqueue_many(NewJob("test.noop", priority=200) for _ in range(2))
+    _, jobs = Job.objects.complete_and_claim(
+        "w", [], 10, None, rations={"limited": 4}, task_rations={"test.rate_limited": 3}
+    )
+    assert sorted(job.task for job in jobs) == ["test.noop"] * 2 + ["test.rate_limited"] * 3
+    _, jobs = Job.objects.complete_and_claim("w", [], 10, "default", task_rations={"test.rate_limited": 0})
+    assert jobs == []  # the only due jobs left there are the task's
+    assert Job.objects.filter(task="test.rate_limited", status=JobStatus.PENDING).count() == 5
+
+
+@pytest.mark.p0
+@pytest.mark.slow
+def test_a_task_rate_limit_holds_across_two_workers_claiming_each_job_once():
+    """25 jobs of a task limited to 5/s, drained by two worker processes: never more than the limit
+    allows, and each job claimed about once by either worker."""
+    ids = Job.objects.enqueue_many(NewJob("test.rate_limited") for _ in range(25))
+    workers = [start_worker("--queues", "*:2", stderr=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        wait_until(
+            lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 25,
+            timeout=90,
+            message="25 jobs done",
+        )
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            worker.wait(timeout=60)
+    starts = list(Execution.objects.values_list("ran_at", flat=True))
+    assert len(starts) == 25 and most_in_any_second(starts) <= 5 + 5  # the rate, plus a full bucket
+    assert sum(Job.objects.filter(id__in=ids).values_list("fence", flat=True)) / 25 <= 1.1
+
+
+def test_jobs_claimed_with_their_task_permits_spend_one_each(worker_thread):
+    """Three jobs of a rate-limited task, one slot: the first claim takes one, which takes its permit
+    as it starts; the next takes permits for the lane's room first (a slot and the jobs it may claim
+    ahead), finds the other two, gives the rest back and stops rationing the task: the two start on
+    the permits they were claimed with. Three jobs, three permits spent."""
+    ids = Job.objects.enqueue_many(NewJob("test.five_an_hour") for _ in range(3))
+    worker_thread({"default": 1})
+    wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 3, message="3 done")
+    taken, _ = TokenBucket("jobq:task:test.five_an_hour", 5, 3600, 5).take(5)
+    assert taken == 5 - 3

@@ -311,8 +311,8 @@ def twice_an_hour():
 
 
 def test_processed_counts_runs_that_ended_not_starts_a_rate_limit_refused(worker_thread):
-    """Five jobs of a task allowed twice an hour: two run, three wait for a permit (refused, each at
-    least once); the worker has processed two jobs."""
+    """Five jobs of a task allowed twice an hour, claimed at once by five slots: two run, three wait
+    for a permit (refused as they start); the worker has processed two jobs."""
     refused = []
 
     def on_refusal(sender=None, job=None, **kwargs):
@@ -321,7 +321,7 @@ def test_processed_counts_runs_that_ended_not_starts_a_rate_limit_refused(worker
     signals.job_rate_limited.connect(on_refusal, weak=False)
     try:
         ids = Job.objects.enqueue_many(NewJob("test.twice_an_hour") for _ in range(5))
-        worker = worker_thread({"default": 2})
+        worker = worker_thread({"default": 5})
         wait_until(
             lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 2, message="2 done"
         )

@@ -114,3 +114,26 @@ def test_readme_update_refuses_a_readme_without_its_table_or_rows():
         readme.update("# README\n", BENCHMARK)
     with pytest.raises(ValueError, match="0 lines starting"):
         readme.update(readme.HEADER + "\n", BENCHMARK)
+
+
+def test_a_rate_limited_drain_is_held_against_its_limit_with_its_claims_per_run():
+    plan = [w for w in workloads(QUICK) if w.key in ("RL drain", "RL drain task")]
+    assert [w.key for w in plan] == ["RL drain", "RL drain task"]
+    results = {
+        "RL drain": {"jobq": [{"rate": 199.0, "claims_per_run": 1.0}]},
+        "RL drain task": {"jobq": [{"rate": 150.0, "claims_per_run": 2.9}]},
+    }
+    rows = {r["row"]: r for r in report.table(results, plan, QUICK, ["jobq"])}
+    assert rows["RL drain"]["vs_reference"] == pytest.approx(199 / 200)
+    assert (
+        rows["RL drain task claims"]["unit"] == "claims/run"
+        and "vs_reference" not in rows["RL drain task claims"]
+    )
+    assert "2.90 (2.90-2.90)" in report.render(list(rows.values()), ["jobq"], markdown=False)
+    checks = {c["target"]: c["met"] for c in report.targets(results) if c["target"].startswith("RL drain")}
+    assert checks == {
+        "RL drain >= 0.95x its limit (200/s)": True,
+        "RL drain claims <= 1.1 per run": True,
+        "RL drain task >= 0.95x its limit (200/s)": False,
+        "RL drain task claims <= 1.1 per run": False,
+    }

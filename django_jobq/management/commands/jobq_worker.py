@@ -1,22 +1,29 @@
+from __future__ import annotations
+
 import functools
 import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_jobq import metrics
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.management import metrics_options
-from django_jobq.metrics import worker as worker_metrics
-from django_jobq.reaper import Reaper
-from django_jobq.scheduler import Scheduler
-from django_jobq.supervisor import EXIT_RESTART_LIMIT, Plan, Supervisor, link
+from django_jobq.supervisor import EXIT_RESTART_LIMIT, link
 from django_jobq.supervisor import options as supervision
 from django_jobq.worker import Worker, parse_lanes
 from django_jobq.worker.startup import banner
+
+if TYPE_CHECKING:
+    from django_jobq.reaper import Reaper
+    from django_jobq.scheduler import Scheduler
+    from django_jobq.supervisor import Plan
+
+# What only some workers use is imported where it is used: the metrics exporter (--metrics-port), the
+# reaper (--reap), the scheduler (--scheduler) and the supervising loop (--processes, --max-memory).
+# A plain worker's memory holds none of them (tests/unit/test_worker_imports.py).
 
 
 class Command(BaseCommand):
@@ -81,6 +88,8 @@ class Command(BaseCommand):
             parse_lanes(options["queues"], options["concurrency"])  # refused here, not by every process
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
+        from django_jobq.supervisor import Supervisor
+
         supervisor = Supervisor(plan, functools.partial(supervision.worker_argv, options))
         if not logging.getLogger("django_jobq.supervisor").isEnabledFor(logging.INFO):
             self.stdout.write(supervisor.banner())
@@ -104,8 +113,8 @@ class Command(BaseCommand):
                 grace=options["grace"],
                 poll_interval=options["poll_interval"],
                 listen=not options["no_listen"],
-                reaper=Reaper() if options["reap"] else None,
-                scheduler=Scheduler() if options["scheduler"] else None,
+                reaper=_reaper() if options["reap"] else None,
+                scheduler=_scheduler() if options["scheduler"] else None,
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
@@ -113,6 +122,9 @@ class Command(BaseCommand):
             signal.signal(sig, lambda *_: worker.stop())
         local = None  # supervised with --metrics-port: this process's figures, on a local port
         if sock is not None and os.environ.pop(link.METRICS_ENV, None) == "1":
+            from django_jobq import metrics
+            from django_jobq.metrics import worker as worker_metrics
+
             worker_metrics.connect()
             local = metrics.serve(0, "127.0.0.1")
         if sock is not None:
@@ -122,6 +134,8 @@ class Command(BaseCommand):
             self.stdout.write(banner(worker))
         try:
             if options["metrics_port"] is not None or local is not None:
+                from django_jobq.metrics import worker as worker_metrics
+
                 with worker_metrics.watching(worker):
                     worker.run()
             else:
@@ -136,3 +150,15 @@ class Command(BaseCommand):
             self.stdout.write(f"worker {worker.worker_id} stopped after {worker.processed} job(s)")
         if worker.exit_code:
             sys.exit(worker.exit_code)  # EXIT_STUCK: a lane stayed wedged; let the supervisor restart us
+
+
+def _reaper() -> Reaper:
+    from django_jobq.reaper import Reaper
+
+    return Reaper()
+
+
+def _scheduler() -> Scheduler:
+    from django_jobq.scheduler import Scheduler
+
+    return Scheduler()

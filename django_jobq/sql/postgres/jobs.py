@@ -351,7 +351,8 @@ COMPLETE_AND_CLAIM_REST = _COMPLETE_AND_CLAIM.format(pick=_PICK_REST, held="")
 # the same transaction (postgres_pick's _PICK_CAPPED).
 COMPLETE_AND_CLAIM_CAPPED = _COMPLETE_AND_CLAIM.format(pick=_PICK_CAPPED, held="")
 # complete_and_claim_task_caps (and _rest_, _capped_): the three above for a worker that knows capped
-# tasks: the pick never takes a job of a task or key at its cap (postgres_pick's _within_caps). The
+# tasks, or holds rate-limit permits of a task: the pick never takes a job of a task or key at its cap,
+# nor more jobs of a rate-limited task than its permits (postgres_pick's _within_caps). The
 # second column, held_back, counts the due jobs the pick locked and cut for the caps when its walk
 # stopped at the limit: claiming again in the same transaction may find more behind them. Run in a
 # transaction that ends under the claimed tasks' CAP_LOCKs (managers/capping.py).

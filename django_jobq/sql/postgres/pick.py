@@ -147,10 +147,13 @@ _PICK_REST = _picked(_any(_REST))
 
 # Task caps (@task(max_running=N, max_running_per_key=M)), applied by the pick itself: the registered
 # capped tasks come as %(cap_tasks)s (names), %(cap_most)s (N, NULL: no task cap) and %(cap_key_most)s
-# (M, NULL: no per-key cap).
+# (M, NULL: no per-key cap); and, as %(cap_ration)s (NULL: none), the rate-limit permits the worker
+# took for a rate-limited task before this claim (worker/rationing.py): the claim takes no more of its
+# jobs than that, and none at 0, so it never takes a job it may not start.
 #   cap_running: their RUNNING jobs per (task, key), the jobs this statement completes (%(ids)s) not
 #                counted. RUNNING jobs are few (at most every worker's slots: the lease index's rows).
-#   cap_room:    per capped task, its cap less its RUNNING jobs (NULL: no task cap).
+#   cap_room:    per task, its cap less its RUNNING jobs, or its permits, whichever is less (LEAST
+#                leaves out a NULL; NULL: neither, no limit).
 #   cap_full:    the (task, key) pairs at their key's cap.
 # The walk reads past the jobs of a task, or of a key, with no room left, without locking them
 # (_HAS_ROOM), so the claim never takes one and reaches the jobs behind them; the price is that a claim
@@ -170,8 +173,10 @@ _CAP_ROOM = f"""cap_running AS MATERIALIZED (
 ),
 cap_room AS MATERIALIZED (
     SELECT c.task, c.key_most,
-           c.most - (SELECT COALESCE(sum(r.n), 0) FROM cap_running AS r WHERE r.task = c.task)::int AS room
-    FROM unnest(%(cap_tasks)s::text[], %(cap_most)s::int[], %(cap_key_most)s::int[]) AS c(task, most, key_most)
+           LEAST(c.most - (SELECT COALESCE(sum(r.n), 0) FROM cap_running AS r WHERE r.task = c.task)::int,
+                 c.ration) AS room
+    FROM unnest(%(cap_tasks)s::text[], %(cap_most)s::int[], %(cap_key_most)s::int[], %(cap_ration)s::int[])
+         AS c(task, most, key_most, ration)
 ),
 cap_full AS MATERIALIZED (
     SELECT r.task, r.concurrency_key FROM cap_running AS r JOIN cap_room AS c ON c.task = r.task

@@ -3,7 +3,6 @@ commits; the busy timeout makes a writer wait for the write lock instead of fail
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -15,6 +14,8 @@ MIN_BUSY_SECONDS = 5.0
 
 
 def version_problem() -> str | None:
+    import sqlite3  # the driver, loaded on SQLite only (a PostgreSQL worker never needs it)
+
     if sqlite3.sqlite_version_info < MIN_VERSION:
         return f"django-jobq needs SQLite 3.35 or later (RETURNING); this Python has {sqlite3.sqlite_version}"
     return None
