@@ -11,10 +11,11 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .exceptions import ConfigurationError
+from .fairness import FairOptions
 
 DAY = 24 * 3600
 MAX_PAYLOAD_BYTES = 256 * 1024
-QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING", "RATE_LIMIT")  # the keys a JOBQ["QUEUES"] entry may have
+QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING", "RATE_LIMIT", "FAIR")  # the keys a JOBQ["QUEUES"] entry may have
 POOL_MODES = ("session", "transaction")
 METRICS_VIEWS = ("off", "staff", "token")
 SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
@@ -29,6 +30,7 @@ class QueueOptions:
         None  # PENDING + RUNNING jobs beyond which enqueue raises QueueFull; None: no limit
     )
     rate_limit: tuple[int, float] | None = None  # (jobs, seconds): starts allowed across every worker
+    fair: FairOptions | None = None  # served round-robin by fairness key (django_jobq.fairness)
 
     @classmethod
     def parse(cls, name: Any, raw: Any) -> QueueOptions:
@@ -53,6 +55,7 @@ class QueueOptions:
             max_running=raw.get("MAX_RUNNING"),
             max_depth=raw.get("MAX_DEPTH"),
             rate_limit=None if rate is None else rate_setting(rate, f'{where}["RATE_LIMIT"]'),
+            fair=FairOptions.parse(raw.get("FAIR"), f'{where}["FAIR"]'),
         )
 
 
@@ -202,6 +205,10 @@ class JobqSettings:
     def caps(self) -> dict[str, int]:
         """Queue name -> MAX_RUNNING, for the capped queues."""
         return {name: o.max_running for name, o in self.queues.items() if o.max_running is not None}
+
+    def fair_queues(self) -> dict[str, FairOptions]:
+        """Queue name -> its FAIR options, for the fair queues."""
+        return {name: o.fair for name, o in self.queues.items() if o.fair is not None}
 
     def depth_limits(self) -> dict[str, int]:
         """Queue name -> MAX_DEPTH, for the queues with one."""

@@ -44,6 +44,7 @@ class EnqueueOptions:
     on_duplicate: str = "skip"
     concurrency_key: str | None = None
     tags: tuple[str, ...] | list[str] | None = None
+    fairness_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +127,7 @@ class Task(Generic[P, R]):
             "dedupe_dead": o.dedupe_dead,
             "concurrency_key": o.concurrency_key,
             "tags": o.tags,
+            "fairness_key": o.fairness_key,
         }
 
     def enqueue(self, **kwargs: Any) -> int | None:

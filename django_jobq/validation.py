@@ -218,6 +218,17 @@ def concurrency_key(value: Any) -> str | None:
     return str(value)
 
 
+def fairness_key(value: Any) -> str | None:
+    """A job's fairness key (the tenant a fair queue shares its starts between): the same rules as a
+    dedupe key, and not blank."""
+    if value is None:
+        return None
+    string(value, "fairness_key", MAX_DEDUPE_KEY_LENGTH)
+    if not value.strip():
+        raise InvalidJob(f"fairness_key must not be blank: {value!r}")
+    return str(value)
+
+
 def tags(value: Any) -> list[str] | None:
     """A job's tags: a list or tuple of at most MAX_TAGS non-blank strings of at most MAX_TAG_LENGTH
     characters without surrounding spaces, storable; repeats dropped, order kept. None or empty: none."""

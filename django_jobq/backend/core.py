@@ -56,6 +56,7 @@ OPTION_KEYS = frozenset({"MAX_ATTEMPTS", "TIMEOUT"})
 # Per-call options that JobqTask.using() accepts besides Django's own.
 CALL_OPTIONS = (
     "max_attempts", "dedupe_key", "on_duplicate", "dedupe_done", "dedupe_dead", "concurrency_key", "tags",
+    "fairness_key",
 )  # fmt: skip
 
 
@@ -82,6 +83,7 @@ class JobqTask(_TaskBase):
     dedupe_dead: float | dt.timedelta | None = None
     concurrency_key: str | None = None
     tags: tuple[str, ...] | None = None  # labels to find its jobs by (cancel_many, the admin)
+    fairness_key: str | None = None  # the key a fair queue serves round-robin (set per call)
     max_running: int | None = None  # this task's jobs RUNNING at once, across every worker
     max_running_per_key: int | None = None
     rate_limit: str | None = None  # e.g. "10/s": starts allowed across every worker
@@ -96,7 +98,7 @@ class JobqTask(_TaskBase):
         **options: Any,
     ) -> JobqTask:
         """Django's using(), plus the per-call jobq options (max_attempts, dedupe_key, on_duplicate,
-        dedupe_done, dedupe_dead, concurrency_key, tags)."""
+        dedupe_done, dedupe_dead, concurrency_key, tags, fairness_key)."""
         unknown = sorted(set(options) - set(CALL_OPTIONS))
         if unknown:
             raise TypeError(
@@ -204,6 +206,7 @@ class JobqBackend(BaseTaskBackend):
             "dedupe_dead": getattr(task, "dedupe_dead", None),
             "concurrency_key": getattr(task, "concurrency_key", None),
             "tags": getattr(task, "tags", None),
+            "fairness_key": getattr(task, "fairness_key", None),
         }
         row: Enqueued | None
         try:
@@ -287,6 +290,7 @@ def call_options(task: Any) -> None:
     key = validation.dedupe_key(getattr(task, "dedupe_key", None))
     validation.concurrency_key(getattr(task, "concurrency_key", None))
     validation.tags(getattr(task, "tags", None))
+    validation.fairness_key(getattr(task, "fairness_key", None))
     on_duplicate = getattr(task, "on_duplicate", "skip")
     if on_duplicate not in ON_DUPLICATE:
         raise ConfigurationError(

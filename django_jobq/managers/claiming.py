@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from .. import validation
+from .. import fairness, validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
 from ..registry import capped_tasks
@@ -55,6 +55,10 @@ class ClaimManager(CapManager):
             statement, params["queue"], params["queues"] = (
                 (sql.CLAIM_ONE_QUEUE, names[0], None) if len(names) == 1 else (sql.CLAIM_QUEUES, None, names)
             )
+            fair = jobq_settings().fair_queues().get(names[0]) if len(names) == 1 else None
+            if fair is not None:
+                statement = sql.CLAIM_FAIR
+                params.update(fairness.claim_params(names[0], fair))
         return self._jobs(statement, params)
 
     def complete_and_claim(
@@ -88,27 +92,36 @@ class ClaimManager(CapManager):
             "lease": self._lease(lease_seconds), "exclude": list(exclude), "cap": None,
             **self._task_caps(task_rations or {}),
         }  # fmt: skip
-        caps, rations = jobq_settings().caps(), rations or {}
+        conf = jobq_settings()
+        caps, fair, rations = conf.caps(), conf.fair_queues(), rations or {}
         if queue is not None:
             limit = min(params["limit"], rations.get(queue, limit))
-            return self._complete_and_claim({**params, "cap": caps.get(queue), "limit": limit}, look_past)
-        # The "*" lane: each rationed queue apart, at most its ration; then every other uncapped queue
-        # in one statement (which also writes the completions); then each capped one it serves.
+            one = {**params, "cap": caps.get(queue), "limit": limit, **self._fair(queue, fair)}
+            return self._complete_and_claim(one, look_past)
+        # The "*" lane: each rationed queue apart, at most its ration; then every other uncapped, unfair
+        # queue in one statement (which also writes the completions); then each capped or fair one it
+        # serves.
         jobs: list[Job] = []
         for name, most in sorted(rations.items()):
             if most > 0 and len(jobs) < limit:
-                more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps.get(name)}
+                more = {
+                    **params,
+                    **_CLAIM_ONLY,
+                    "queue": name,
+                    "cap": caps.get(name),
+                    **self._fair(name, fair),
+                }
                 found = self._complete_and_claim({**more, "limit": min(most, limit - len(jobs))}, look_past)[
                     1
                 ]
                 jobs += self._spend_rations(params, found)
-        params["exclude"] = [*exclude, *caps, *rations]
+        params["exclude"] = [*exclude, *caps, *fair, *rations]
         written, found = self._complete_and_claim({**params, "limit": limit - len(jobs)}, look_past)
         jobs += self._spend_rations(params, found)
-        for name in sorted(set(caps) - set(exclude) - set(rations)):
+        for name in sorted({*caps, *fair} - set(exclude) - set(rations)):
             if len(jobs) >= limit:
                 break
-            more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps[name]}
+            more = {**params, **_CLAIM_ONLY, "queue": name, "cap": caps.get(name), **self._fair(name, fair)}
             jobs += self._spend_rations(
                 params, self._complete_and_claim({**more, "limit": limit - len(jobs)}, look_past)[1]
             )
@@ -121,7 +134,17 @@ class ClaimManager(CapManager):
         and had room left, and the transaction ends under the claimed tasks' locks (capping.py)."""
         sql = self._sql()
         task_caps = bool(params["cap_tasks"]) and params["limit"] > 0
-        if params["queue"] is None:
+        if params.get("fair_weight") is not None:
+            statement = (
+                (sql.COMPLETE_AND_CLAIM_FAIR_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM_FAIR)
+                if params["cap"] is None
+                else (
+                    sql.COMPLETE_AND_CLAIM_FAIR_CAPPED_TASK_CAPS
+                    if task_caps
+                    else sql.COMPLETE_AND_CLAIM_FAIR_CAPPED
+                )
+            )
+        elif params["queue"] is None:
             statement = sql.COMPLETE_AND_CLAIM_REST_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM_REST
         elif params["cap"] is None:
             statement = sql.COMPLETE_AND_CLAIM_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM
@@ -162,6 +185,12 @@ class ClaimManager(CapManager):
         held_back = int(first[4]) if skip == 5 else 0
         jobs = self._build(result.names[skip:], (row[skip:] for row in result.rows if row[skip] is not None))
         return written, jobs, held_back
+
+    @staticmethod
+    def _fair(queue: str, fair: Mapping[str, fairness.FairOptions]) -> dict[str, Any]:
+        """The fair claim's parameters when ``queue`` is fair (else none: the plain claim)."""
+        options = fair.get(queue)
+        return {} if options is None else fairness.claim_params(queue, options)
 
     def _task_caps(self, rations: Mapping[str, int]) -> dict[str, list[Any]]:
         """The registered capped tasks, and the rate-limited tasks of ``rations`` (task -> permits

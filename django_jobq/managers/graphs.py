@@ -114,6 +114,8 @@ class GraphManager(BulkProducerManager):
         for index, job in enumerate(jobs):
             if job.dedupe_key is not None:
                 raise InvalidJob(f"job {index}: a batch with dependencies takes no dedupe keys")
+            if getattr(job, "fairness_key", None) is not None:
+                raise InvalidJob(f"job {index}: a batch with dependencies takes no fairness keys")
             nodes.append(GraphNode(
                 job.task, job.payload, queue=job.queue, priority=job.priority, run_at=job.run_at,
                 max_attempts=job.max_attempts, concurrency_key=job.concurrency_key, tags=job.tags,

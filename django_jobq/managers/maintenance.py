@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 
 from .. import validation
 from ..conf import jobq_settings
@@ -98,6 +98,20 @@ class MaintenanceManager(BaseJobManager):
         locked, seq = self._execute(sql.DEPTH_SEQ, {"queues": queues})[0]
         if locked:  # a later statement: every job of these queues with an id up to seq is visible
             self._execute(sql.DEPTH_REFRESH, {"queues": list(locked), "seq": seq})
+
+    def prune_fair_keys(self, batch: int) -> int:
+        """Forget up to ``batch`` fairness keys with no PENDING job (sql/postgres/fairness.py: locked
+        first, deleted by a later statement that sees every job committed before the lock)."""
+        if not self._engine().capabilities.fair_queues:
+            return 0
+        sql = self._sql()
+        with transaction.atomic(using=self.connection.alias):
+            idle = self._execute(sql.FAIR_PRUNE_LOCK, {"limit": batch})
+            if not idle:
+                return 0
+            queues, priorities, keys = (list(column) for column in zip(*idle, strict=True))
+            params = {"queues": queues, "priorities": priorities, "keys": keys}
+            return self._rowcount(sql.FAIR_PRUNE, params)
 
     def prune_workers(self, older_than: float) -> int:
         """Forget workers not seen for ``older_than`` seconds."""

@@ -30,6 +30,7 @@ class NewJob(NamedTuple):
     dedupe_dead: float | dt.timedelta | None = None
     concurrency_key: str | None = None
     tags: Sequence[str] | None = None
+    fairness_key: str | None = None  # the key a fair queue serves round-robin (JOBQ["QUEUES"][q]["FAIR"])
     depends_on: Sequence[int] | None = None  # existing jobs it waits for (django_jobq.workflows)
     on_dependency_failure: str = "cancel"
 
@@ -123,6 +124,7 @@ class ProducerManager(BaseJobManager):
         dedupe_dead: float | dt.timedelta | None = None,
         concurrency_key: str | None = None,
         tags: Sequence[str] | None = None,
+        fairness_key: str | None = None,
     ) -> dict[str, Any]:
         conf = jobq_settings()
         task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
@@ -136,6 +138,7 @@ class ProducerManager(BaseJobManager):
         params["dedupe_done"], params["dedupe_dead"] = self._windows(task, key, dedupe_done, dedupe_dead)
         params["concurrency_key"] = validation.concurrency_key(concurrency_key)
         params["tags"] = validation.tags_json(tags)
+        params["fairness_key"] = validation.fairness_key(fairness_key)
         params["trace_context"] = tracing.carrier()
         params["notify"], params["channel"] = conf.notify, conf.notify_channel
         return params
@@ -156,6 +159,7 @@ class ProducerManager(BaseJobManager):
         on_duplicate: str = "skip",
         concurrency_key: str | None = None,
         tags: Sequence[str] | None = None,
+        fairness_key: str | None = None,
     ) -> int | None:
         """Insert a job in the caller's transaction; its id, or None when the dedupe key is taken
         (by an active job, or a finished one inside its window) and the mode leaves that job alone.
@@ -167,12 +171,13 @@ class ProducerManager(BaseJobManager):
         a burst of calls runs once, ``delay`` after the last, with the last payload: a PENDING holder
         of the same task is replaced and pushed back; a RUNNING or finished one, whatever its window,
         hands the key to a new job, the successor, whose id is returned). tags: labels to find the
-        job by (cancel_many, the admin); a replaced holder keeps its own.
+        job by (cancel_many, the admin); a replaced holder keeps its own. fairness_key: the key a fair
+        queue shares its starts between (JOBQ["QUEUES"][q]["FAIR"]; docs/guide/fairness.md).
         """
         row = self.enqueue_row(
             task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay, dedupe_key=dedupe_key,
             max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
-            on_duplicate=on_duplicate, concurrency_key=concurrency_key, tags=tags,
+            on_duplicate=on_duplicate, concurrency_key=concurrency_key, tags=tags, fairness_key=fairness_key,
         )  # fmt: skip
         return None if row is None else row.id
 
@@ -257,6 +262,7 @@ class ProducerManager(BaseJobManager):
         dedupe_dead: float | dt.timedelta | None = None,
         concurrency_key: str | None = None,
         tags: Sequence[str] | None = None,
+        fairness_key: str | None = None,
     ) -> tuple[int, bool]:
         """(job id, created): the job holding ``dedupe_key`` (active, or finished inside its window, a
         cache hit), or a new one this call inserted. One statement decides; see enqueue.
@@ -264,7 +270,7 @@ class ProducerManager(BaseJobManager):
         row, created = self.enqueue_or_get_row(
             task, payload, dedupe_key=dedupe_key, queue=queue, priority=priority, run_at=run_at,
             delay=delay, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
-            concurrency_key=concurrency_key, tags=tags,
+            concurrency_key=concurrency_key, tags=tags, fairness_key=fairness_key,
         )  # fmt: skip
         return row.id, created
 

@@ -63,7 +63,7 @@ class BulkProducerManager(ProducerManager):
         conf = jobq_settings()
         names = (
             "tasks", "queues", "priorities", "max_attempts", "payloads", "run_ats", "dedupe_keys",
-            "dedupe_dones", "dedupe_deads", "concurrency_keys", "tags", "trace_contexts",
+            "dedupe_dones", "dedupe_deads", "concurrency_keys", "tags", "trace_contexts", "fairness_keys",
         )  # fmt: skip
         params: dict[str, Any] = dict(
             zip(names, (list(column) for column in zip(*rows, strict=True)), strict=True)
@@ -110,6 +110,7 @@ class BulkProducerManager(ProducerManager):
                     None if job.concurrency_key is None else validation.concurrency_key(job.concurrency_key)
                 )
                 tags = None if job.tags is None else validation.tags_json(job.tags)
+                fairness_key = validation.fairness_key(job.fairness_key)
             except InvalidJob as exc:
                 raise type(exc)(f"job {index}: {exc}") from None
             yield NewRow(
@@ -125,4 +126,5 @@ class BulkProducerManager(ProducerManager):
                 concurrency_key,
                 tags,
                 trace_context,
+                fairness_key,
             )

@@ -48,6 +48,11 @@ class Job(models.Model):
     concurrency_key = models.TextField(
         null=True, blank=True, help_text="Jobs of a task with max_running_per_key share a cap per key."
     )
+    fairness_key = models.TextField(
+        null=True,
+        blank=True,
+        help_text='In a fair queue (JOBQ["QUEUES"][q]["FAIR"]), jobs are served round-robin by this key.',
+    )
     dedupe_done = models.DurationField(
         null=True, blank=True, help_text="How long the dedupe key stays taken after DONE."
     )
@@ -118,6 +123,13 @@ class Job(models.Model):
                 fields=["queue", "priority", "run_at", "id"],
                 condition=models.Q(status=JobStatus.PENDING),
                 name="jobq_job_claim",
+            ),
+            # a fair queue's claim: per key of a priority lane, its due jobs in (run_at, id) order.
+            # Partial (PENDING jobs with a fairness key): unfair queues never write it.
+            models.Index(
+                fields=["queue", "fairness_key", "priority", "run_at", "id"],
+                condition=models.Q(status=JobStatus.PENDING, fairness_key__isnull=False),
+                name="jobq_job_fair",
             ),
             # reap: WHERE status=RUNNING AND lease_until < now.
             models.Index(

@@ -6,7 +6,7 @@ engine.py). Nothing outside this package asks which database it talks to.
 
 Each engine's statements are one namespace gathered from its folder's files, split by concern:
 sql/postgres/ jobs (the job's transitions and maintenance), retention (counts and prune), returns (jobs given back unstarted), enqueue (inserting jobs and the dedupe
-rule), depth (MAX_DEPTH), pick (the claim's selection), inbound (first_seen), queues (pause),
+rule), depth (MAX_DEPTH), pick (the claim's selection), fairness (fair queues), inbound (first_seen), queues (pause),
 workers (worker records, maintenance leases, timeouts), schedules (the scheduler's passes and the
 settings sync), workflows (jobs with dependencies); sql/sqlite/ jobs, enqueue, state (workers, leases, queues, inbound marks), schedules.
 The dashboard's statements are each folder's stats. A name defined twice in one engine is an error at
@@ -26,6 +26,7 @@ from .postgres import batches as pg_batches
 from .postgres import control as pg_control
 from .postgres import depth as pg_depth
 from .postgres import enqueue as pg_enqueue
+from .postgres import fairness as pg_fairness
 from .postgres import inbound as pg_inbound
 from .postgres import jobs as pg_jobs
 from .postgres import queues as pg_queues
@@ -39,6 +40,7 @@ from .postgres.engine import PostgresEngine
 from .sqlite import batches as lite_batches
 from .sqlite import control as lite_control
 from .sqlite import enqueue as lite_enqueue
+from .sqlite import fairness as lite_fairness
 from .sqlite import inbound as lite_inbound
 from .sqlite import jobs as lite_jobs
 from .sqlite import queues as lite_queues
@@ -76,6 +78,7 @@ POSTGRES = _statements(
     pg_control,
     pg_workflows,
     pg_batches,
+    pg_fairness,
 )
 SQLITE_STATEMENTS = _statements(
     lite_jobs,
@@ -87,6 +90,7 @@ SQLITE_STATEMENTS = _statements(
     lite_control,
     lite_workflows,
     lite_batches,
+    lite_fairness,
 )
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):

@@ -22,6 +22,7 @@ class Capabilities:
     rate_limits: bool  # django_jobq.ratelimit and @task(rate_limit=...)
     wait_for: bool  # Job.objects.wait_for() / single-flight
     scheduler: bool  # JOBQ["SCHEDULES"], jobq_scheduler
+    fair_queues: bool  # JOBQ["QUEUES"][q]["FAIR"]
 
     def require(self, feature: str, what: str) -> None:
         """ConfigurationError unless this engine has ``feature``; ``what`` names the call refused."""
@@ -37,10 +38,10 @@ class Capabilities:
 
 POSTGRESQL = Capabilities(
     engine="postgresql", listen_notify=True, many_hosts=True, queue_caps=True, max_depth=True,
-    task_caps=True, rate_limits=True, wait_for=True, scheduler=True,
+    task_caps=True, rate_limits=True, wait_for=True, scheduler=True, fair_queues=True,
 )  # fmt: skip
 
 SQLITE = Capabilities(
     engine="sqlite", listen_notify=False, many_hosts=False, queue_caps=False, max_depth=False,
-    task_caps=False, rate_limits=False, wait_for=False, scheduler=True,
+    task_caps=False, rate_limits=False, wait_for=False, scheduler=True, fair_queues=False,
 )  # fmt: skip

@@ -35,6 +35,7 @@ class NewRow(NamedTuple):
     concurrency_key: str | None
     tags: str | None  # JSON text of a list of strings; None: no tags
     trace_context: str | None  # JSON text of the enqueue's trace context (tracing.carrier()); None: none
+    fairness_key: str | None = None
 
 
 def _last(results: list[Result]) -> Result:

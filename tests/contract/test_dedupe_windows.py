@@ -441,7 +441,7 @@ def test_keyed_enqueue_and_the_window_check_stay_on_indexes_with_a_million_finis
     params = {
         "task": "test.noop", "queue": "default", "payload": "{}", "priority": 100, "run_at": None, "delay": 0.0,
         "max_attempts": 5, "dedupe_key": "key-77", "dedupe_done": 60.0, "dedupe_dead": 60.0, "notify": False,
-        "concurrency_key": None, "tags": None, "trace_context": None,
+        "concurrency_key": None, "tags": None, "trace_context": None, "fairness_key": None,
         "channel": "jobq",
     }  # fmt: skip
     for statement in (postgres.ENQUEUE_KEYED, postgres.ENQUEUE_REPLACE, postgres.ENQUEUE_OR_GET):

@@ -319,7 +319,7 @@ def test_with_a_fresh_baseline_enqueue_never_counts_a_deep_queue(limit):
     params = {
         "task": "test.noop", "queue": "small", "payload": "{}", "priority": 100, "run_at": None, "delay": 0.0,
         "max_attempts": 5, "dedupe_key": None, "dedupe_done": None, "dedupe_dead": None, "notify": False,
-        "concurrency_key": None, "tags": None, "trace_context": None,
+        "concurrency_key": None, "tags": None, "trace_context": None, "fairness_key": None,
         "channel": "jobq", "max_depth": 1_000_000,
     }  # fmt: skip
     nodes = list(plan_nodes(_analyze(postgres.ENQUEUE_GATED, params)))

@@ -31,9 +31,9 @@ SELECT count(*) FROM woken
 # key, no worker, no lease), exactly as ENQUEUE_MANY writes them.
 BULK_COPY = """
 COPY jobq_job (id, task, queue, payload, status, priority, run_at, attempts, max_attempts, concurrency_key,
-               tags, trace_context, errors, created_at) FROM STDIN (FORMAT BINARY)
+               tags, trace_context, errors, created_at, fairness_key) FROM STDIN (FORMAT BINARY)
 """
 BULK_TYPES = (
     "int8", "text", "text", "jsonb", "int2", "int2", "timestamptz", "int4", "int4", "text", "jsonb",
-    "jsonb", "jsonb", "timestamptz",
+    "jsonb", "jsonb", "timestamptz", "text",
 )  # fmt: skip

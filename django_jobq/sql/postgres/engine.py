@@ -103,7 +103,7 @@ class PostgresEngine(Engine):
                         row.run_at or now, 0, row.max_attempts, row.concurrency_key,
                         None if row.tags is None else Jsonb(row.tags, dumps=_as_is),
                         None if row.trace_context is None else Jsonb(row.trace_context, dumps=_as_is),
-                        no_errors, now,
+                        no_errors, now, row.fairness_key,
                     ))  # fmt: skip
             cursor.execute(BULK_WAKE, {**params, "queues": sorted(queues)})
         return list(ids)

@@ -44,14 +44,15 @@ def window_over(alias: str) -> str:
 
 
 _COLUMNS = """task, queue, payload, status, priority, run_at, attempts, max_attempts, fence, releases,
-    error_count, dedupe_key, dedupe_done, dedupe_dead, concurrency_key, tags, trace_context, errors, created_at"""
+    error_count, dedupe_key, dedupe_done, dedupe_dead, concurrency_key, tags, trace_context, errors, created_at,
+    fairness_key"""
 
 # One job from scalar parameters; delay is added to run_at (or to now).
 _ONE = f"""%(task)s, %(queue)s, %(payload)s::jsonb, {PENDING}, %(priority)s,
     COALESCE(%(run_at)s::timestamptz, {NOW}) + make_interval(secs => %(delay)s), 0, %(max_attempts)s,
     0, 0, 0, %(dedupe_key)s, make_interval(secs => %(dedupe_done)s),
     make_interval(secs => %(dedupe_dead)s), %(concurrency_key)s, %(tags)s::jsonb,
-    %(trace_context)s::jsonb, '[]'::jsonb, {NOW}"""
+    %(trace_context)s::jsonb, '[]'::jsonb, {NOW}, %(fairness_key)s"""
 
 _FREE_ONE = f"""freed AS (
     UPDATE jobq_job AS h SET key_released = true
@@ -195,14 +196,14 @@ ENQUEUE_OR_GET_GATED = _enqueue_or_get(gated=True)
 _BATCH = """unnest(%(tasks)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::smallint[],
                 %(run_ats)b::timestamptz[], %(max_attempts)b::int[], %(dedupe_keys)b::text[],
                 %(dedupe_dones)b::float8[], %(dedupe_deads)b::float8[], %(concurrency_keys)b::text[],
-                %(tags)b::text[], %(trace_contexts)b::text[])
+                %(tags)b::text[], %(trace_contexts)b::text[], %(fairness_keys)b::text[])
          AS u(task, queue, payload, priority, run_at, max_attempts, dedupe_key, dedupe_done, dedupe_dead,
-              concurrency_key, tags, trace_context)"""
+              concurrency_key, tags, trace_context, fairness_key)"""
 _MANY = f"""
     SELECT u.task, u.queue, u.payload::jsonb, {PENDING}, u.priority, COALESCE(u.run_at, {NOW}), 0,
            u.max_attempts, 0, 0, 0, u.dedupe_key, make_interval(secs => u.dedupe_done),
            make_interval(secs => u.dedupe_dead), u.concurrency_key, u.tags::jsonb,
-           u.trace_context::jsonb, '[]'::jsonb, {NOW}
+           u.trace_context::jsonb, '[]'::jsonb, {NOW}, u.fairness_key
     FROM {_BATCH}"""
 _WOKEN = f"""woken AS (
     SELECT {wake("queue")} FROM (SELECT DISTINCT queue FROM job WHERE run_at <= {NOW}) AS q

@@ -13,12 +13,13 @@ from .terms import NOW, PENDING, micros, plus, window_over
 HELD = "dedupe_key IS NOT NULL AND key_released = 0"
 
 _COLUMNS = """task, queue, payload, status, priority, run_at, attempts, max_attempts, fence, releases,
-    error_count, dedupe_key, dedupe_done, dedupe_dead, concurrency_key, tags, trace_context, errors, created_at"""
+    error_count, dedupe_key, dedupe_done, dedupe_dead, concurrency_key, tags, trace_context, errors, created_at,
+    fairness_key"""
 
 _ONE = f"""%(task)s, %(queue)s, %(payload)s, {PENDING}, %(priority)s,
     {plus(f"COALESCE(%(run_at)s, {NOW})", "%(delay)s")}, 0, %(max_attempts)s, 0, 0, 0, %(dedupe_key)s,
     {micros("%(dedupe_done)s")}, {micros("%(dedupe_dead)s")}, %(concurrency_key)s, %(tags)s,
-    %(trace_context)s, '[]', {NOW}"""
+    %(trace_context)s, '[]', {NOW}, %(fairness_key)s"""
 
 _FREE_ONE = f"""UPDATE jobq_job SET key_released = 1
 WHERE dedupe_key = %(dedupe_key)s AND NOT key_released AND {window_over("jobq_job")}"""
@@ -69,7 +70,7 @@ WHERE h.dedupe_key = %(dedupe_key)s AND NOT h.key_released AND NOT ({window_over
 # enqueue_many: many jobs from parallel list parameters; the keyed forms release the batch's keys whose
 # window is over first (the manager has dropped repeats of a key inside the batch).
 _ARRAYS = ("tasks", "queues", "payloads", "priorities", "run_ats", "max_attempts", "dedupe_keys",
-           "dedupe_dones", "dedupe_deads", "concurrency_keys", "tags", "trace_contexts")  # fmt: skip
+           "dedupe_dones", "dedupe_deads", "concurrency_keys", "tags", "trace_contexts", "fairness_keys")  # fmt: skip
 # Each list is materialised once (SQLite indexes a materialised CTE for the join on its key), so a
 # batch of n jobs costs n log n, not a nested loop over json_each's unindexed rows.
 _LISTS = "WITH " + ",\n".join(
@@ -77,7 +78,8 @@ _LISTS = "WITH " + ",\n".join(
 )
 _JOINS = "a0 " + " ".join(f"JOIN a{n} ON a{n}.key = a0.key" for n in range(1, len(_ARRAYS)))
 _MANY = f"""SELECT a0.value, a1.value, a2.value, {PENDING}, a3.value, COALESCE(a4.value, {NOW}), 0, a5.value,
-    0, 0, 0, a6.value, {micros("a7.value")}, {micros("a8.value")}, a9.value, a10.value, a11.value, '[]', {NOW}
+    0, 0, 0, a6.value, {micros("a7.value")}, {micros("a8.value")}, a9.value, a10.value, a11.value, '[]', {NOW},
+    a12.value
 FROM {_JOINS} WHERE true"""
 
 

@@ -1,0 +1,289 @@
+"""Fair queues (JOBQ["QUEUES"][q]["FAIR"], sql/postgres/fairness.py): claims served round-robin by
+fairness key, weighted, priority first, with the per-key state kept in step with the rows."""
+
+import collections
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+from django_jobq.conf import jobq_settings
+from django_jobq.exceptions import ConfigurationError, InvalidJob
+from django_jobq.managers import NewJob
+from django_jobq.models import Job, JobStatus
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+QUEUE = "tenants"
+
+
+@pytest.fixture(autouse=True)
+def no_key_state():
+    """jobq_fair_key is not a model: a flush between tests leaves its rows."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobq_fair_key")
+
+
+@pytest.fixture
+def fair(settings):
+    def configure(option=True, **more):
+        settings.JOBQ = {**settings.JOBQ, "QUEUES": {QUEUE: {"FAIR": option, **more}}}
+
+    configure()
+    return configure
+
+
+def backlog(key: str, count: int, **options) -> list[int]:
+    return Job.objects.enqueue_many(
+        NewJob("test.noop", queue=QUEUE, fairness_key=key, **options) for _ in range(count)
+    )
+
+
+def claimed_keys(count: int, limit: int = 1) -> list[str]:
+    keys: list[str] = []
+    while len(keys) < count:
+        jobs = Job.objects.claim_batch("w1", limit, queues=[QUEUE])
+        assert jobs, f"nothing claimed after {len(keys)}"
+        keys += (
+            Job.objects.filter(id__in=[j.id for j in jobs])
+            .order_by("id")
+            .values_list("fairness_key", flat=True)
+        )
+    return keys
+
+
+def key_rows() -> set[tuple[str, int, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT queue, priority, key FROM jobq_fair_key")
+        return set(cursor.fetchall())
+
+
+def pending_keys() -> set[tuple[str, int, str]]:
+    rows = Job.objects.filter(status=JobStatus.PENDING, fairness_key__isnull=False)
+    return set(rows.values_list("queue", "priority", "fairness_key").distinct())
+
+
+def test_a_quiet_key_waits_at_most_one_round_behind_a_noisy_one(fair):
+    backlog("noisy", 2000)
+    quiet = [Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key=f"quiet-{n}") for n in range(5)]
+    first = claimed_keys(6)
+    assert sorted(first) == ["noisy", *(f"quiet-{n}" for n in range(5))]
+    assert set(Job.objects.filter(id__in=quiet).values_list("status", flat=True)) == {JobStatus.RUNNING}
+
+
+def test_an_unfair_queue_serves_the_same_backlog_in_order(settings):
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {}}
+    backlog("noisy", 50)
+    Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="quiet")
+    assert set(claimed_keys(50)) == {"noisy"}  # the control: without FAIR the quiet job waits its turn
+
+
+def test_weights_share_the_starts_in_proportion(fair):
+    fair({"WEIGHTS": {"gold": 4, "silver": 2}, "DEFAULT_WEIGHT": 1})
+    for key in ("bronze", "silver", "gold"):
+        backlog(key, 200)
+    shares = collections.Counter(claimed_keys(140, limit=4))
+    assert shares == {"bronze": 20, "silver": 40, "gold": 80}
+
+
+def test_a_batch_claim_takes_from_every_key_with_due_jobs(fair):
+    for key in "abcd":
+        backlog(key, 10)
+    jobs = Job.objects.claim_batch("w1", 8, queues=[QUEUE])
+    keys = collections.Counter(
+        Job.objects.filter(id__in=[j.id for j in jobs]).values_list("fairness_key", flat=True)
+    )
+    assert keys == {"a": 2, "b": 2, "c": 2, "d": 2}
+
+
+def test_one_key_alone_fills_the_whole_claim(fair):
+    backlog("only", 20)
+    assert len(Job.objects.claim_batch("w1", 8, queues=[QUEUE])) == 8
+
+
+def test_priority_comes_before_fairness(fair):
+    backlog("noisy", 20, priority=100)
+    urgent = Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="other", priority=0)
+    assert Job.objects.claim_batch("w1", 1, queues=[QUEUE])[0].id == urgent
+
+
+def test_a_new_key_joins_the_round_instead_of_owning_it(fair):
+    backlog("old", 100)
+    claimed_keys(50)  # "old" has run 50 jobs: its virtual time is 50
+    backlog("new", 100)
+    assert collections.Counter(claimed_keys(20)) == {"old": 10, "new": 10}
+
+
+def test_jobs_without_a_key_in_a_fair_queue_still_run(fair):
+    plain = [Job.objects.enqueue("test.noop", queue=QUEUE) for _ in range(3)]
+    backlog("keyed", 2)
+    taken = {j.id for j in Job.objects.claim_batch("w1", 10, queues=[QUEUE])}
+    taken |= {j.id for j in Job.objects.claim_batch("w1", 10, queues=[QUEUE])}
+    assert set(plain) <= taken and len(taken) == 5
+
+
+def test_a_future_job_is_not_claimed_early(fair):
+    import datetime as dt
+
+    Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="later", delay=dt.timedelta(hours=1))
+    assert Job.objects.claim_batch("w1", 4, queues=[QUEUE]) == []
+
+
+def test_every_path_that_makes_a_job_pending_keeps_its_key_row(fair):
+    ids = backlog("a", 3) + backlog("b", 2, priority=5)
+    assert key_rows() == pending_keys() == {(QUEUE, 100, "a"), (QUEUE, 5, "b")}
+    job = Job.objects.claim_batch("w1", 1, queues=[QUEUE])[0]  # b's, priority 5
+    Job.objects.cancel(ids[3] if job.id == ids[4] else ids[4])
+    assert Job.objects.prune_fair_keys(100) == 1  # b has nothing PENDING left
+    assert key_rows() == pending_keys() == {(QUEUE, 100, "a")}
+    Job.objects.fail(job.id, "w1", "boom", fence=job.fence, backoff_seconds=0)  # a retry: PENDING again
+    assert key_rows() == pending_keys() == {(QUEUE, 100, "a"), (QUEUE, 5, "b")}
+
+
+def test_a_prune_never_deletes_the_key_of_an_uncommitted_job(fair):
+    backlog("a", 1)
+    Job.objects.claim_batch("w1", 1, queues=[QUEUE])  # "a" is idle now, its row still there
+    entered, release = threading.Event(), threading.Event()
+
+    def producer():
+        try:
+            with transaction.atomic():
+                Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="a")
+                entered.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    assert entered.wait(30)
+    try:
+        assert Job.objects.prune_fair_keys(100) == 0  # the producer's KEY SHARE lock: skipped
+    finally:
+        release.set()
+        thread.join(30)
+    assert key_rows() == pending_keys() == {(QUEUE, 100, "a")}
+
+
+def test_an_open_enqueue_transaction_never_blocks_a_claim_of_its_key(fair):
+    backlog("a", 3)
+    entered, release = threading.Event(), threading.Event()
+
+    def producer():
+        try:
+            with transaction.atomic():
+                Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="a")
+                entered.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    assert entered.wait(30)
+    try:  # a claim that waited for the producer's transaction would fail on the lock timeout
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")
+        _, jobs = Job.objects.complete_and_claim("w1", [], 2, QUEUE)
+        assert len(jobs) == 2
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+        release.set()
+        thread.join(30)
+
+
+def test_the_worker_cycle_claims_fairly_with_a_queue_cap(fair):
+    fair(True, MAX_RUNNING=3)
+    backlog("noisy", 50)
+    Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="quiet")
+    _, jobs = Job.objects.complete_and_claim("w1", [], 10, QUEUE)
+    keys = Job.objects.filter(id__in=[j.id for j in jobs]).values_list("fairness_key", flat=True)
+    assert len(jobs) == 3 and "quiet" in keys
+
+
+def test_the_star_lane_serves_a_fair_queue_fairly(fair):
+    backlog("noisy", 50)
+    Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="quiet")
+    Job.objects.enqueue("test.noop", queue="plain")
+    _, jobs = Job.objects.complete_and_claim("w1", [], 3, None)
+    rows = Job.objects.filter(id__in=[j.id for j in jobs])
+    assert sorted(rows.values_list("queue", "fairness_key")) == sorted(
+        [("plain", None), (QUEUE, "noisy"), (QUEUE, "quiet")]
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["a\x00b", "\ud800", "x" * 10_000, 42, "", "   "],
+    ids=["nul", "surrogate", "huge", "int", "empty", "blank"],
+)
+def test_a_bad_fairness_key_is_refused_before_anything_is_written(fair, key):
+    with pytest.raises(InvalidJob):
+        Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key=key)
+    with pytest.raises(InvalidJob):
+        Job.objects.enqueue_many(
+            [NewJob("test.noop", queue=QUEUE), NewJob("test.noop", queue=QUEUE, fairness_key=key)]
+        )
+    assert Job.objects.count() == 0 and key_rows() == set()
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "yes",
+        {"WEIGHT": {}},
+        {"WEIGHTS": {"a": 0}},
+        {"WEIGHTS": {"a": float("nan")}},
+        {"WEIGHTS": {"a": True}},
+        {"WEIGHTS": {"a\x00": 1}},
+        {"DEFAULT_WEIGHT": 10_000},
+        {"WEIGHTS_FROM": "not a path"},
+    ],
+)
+def test_a_bad_fair_option_is_a_configuration_error(fair, option):
+    fair(option)
+    with pytest.raises(ConfigurationError):
+        jobq_settings()
+
+
+def test_weights_from_a_callable_are_merged_over_the_mapping(fair):
+    fair({"WEIGHTS": {"gold": 1}, "WEIGHTS_FROM": "tests.integration.test_fair_queues.plan_weights"})
+    for key in ("bronze", "gold"):
+        backlog(key, 100)
+    assert collections.Counter(claimed_keys(30, limit=3)) == {"bronze": 10, "gold": 20}
+
+
+def plan_weights(queue: str) -> dict[str, float]:
+    assert queue == QUEUE
+    return {"gold": 2}
+
+
+def test_every_enqueue_path_writes_the_key(fair):
+    from tests.testapp import dtasks, tasks
+
+    direct = Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="direct")
+    many = backlog("many", 3)  # one INSERT
+    copied = backlog("copied", 150)  # binary COPY
+    using = tasks.noop.using(queue=QUEUE, fairness_key="using").enqueue()
+    result = dtasks.add.using(fairness_key="django").enqueue(1, 2)
+    keys = dict(Job.objects.values_list("id", "fairness_key"))
+    assert keys[direct] == "direct" and keys[using] == "using"
+    assert {keys[i] for i in many} == {"many"} and {keys[i] for i in copied} == {"copied"}
+    assert Job.objects.get(id=int(result.id)).fairness_key == "django"
+
+
+def test_the_django_backend_refuses_a_bad_key_before_writing():
+    from django_jobq.exceptions import JobqError
+    from tests.testapp import dtasks
+
+    with pytest.raises(JobqError):
+        dtasks.add.using(fairness_key="a\x00").enqueue(1, 2)
+    assert Job.objects.count() == 0
+
+
+def test_a_batch_with_dependencies_refuses_fairness_keys(fair):
+    first = Job.objects.enqueue("test.noop", queue=QUEUE)
+    with pytest.raises(InvalidJob, match="fairness"):
+        Job.objects.enqueue_many([NewJob("test.noop", queue=QUEUE, fairness_key="a", depends_on=[first])])
+    assert Job.objects.count() == 1
