@@ -20,6 +20,8 @@ FAIR_OPTIONS = ("WEIGHTS", "DEFAULT_WEIGHT", "WEIGHTS_FROM")
 MIN_WEIGHT, MAX_WEIGHT = 0.001, 1000.0
 MAX_WEIGHTED_KEYS = 10_000  # keys with a weight of their own, per queue (sent with each claim)
 WEIGHTS_FROM_SECONDS = 30.0  # a WEIGHTS_FROM callable is asked again at most this often per process
+TOP_KEYS = 10  # the busiest keys per fair queue shown (dashboard, jobq_stats) and exported (metrics)
+SCAN_LIMIT = 100_000  # due jobs read per fair queue for those figures; beyond, the counts are lower bounds
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -56,6 +56,7 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
             {"w": w, "created": time_cell(w.created_at, snap.now), "url": _workflow_url(w.id)}
             for w in dashboard.unfinished_workflows()
         ],
+        "fair": [{"k": k, "wait": dashboard.format_duration(k.wait)} for k in snap.fair],
         "workflows_url": reverse("admin:django_jobq_workflow_changelist"),
         "workflows_limit": WORKFLOWS_LIMIT,
         "jobs_url": reverse("admin:django_jobq_job_changelist"),

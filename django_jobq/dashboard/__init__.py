@@ -23,6 +23,7 @@ from ..models import Job
 from ..registry import registered_tasks
 from ..sql import engine_of
 from ..status import JobStatus
+from .fairness import FairKey, fair_keys
 from .limits import TaskLimits, format_rate, limited_tasks, task_limits
 from .table import TableFigures, table_figures
 from .text import format_duration as format_duration  # re-exported: dashboard.format_duration
@@ -101,6 +102,7 @@ class Snapshot:
     paused: tuple[PausedQueue, ...]  # sorted by name
     tasks: tuple[TaskLimits, ...]  # the registered tasks with a cap or a rate limit, by name
     table: TableFigures | None = None  # jobq_job's size and dead rows (PostgreSQL, when asked for)
+    fair: tuple[FairKey, ...] = ()  # the fair queues' busiest keys (dashboard/fairness.py)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
@@ -224,6 +226,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False) -> Snapshot:
         paused=paused,
         tasks=task_limits(limited, dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {}),
         table=table_figures(connection, {}) if upkeep else None,
+        fair=fair_keys(connection, now),
     )
 
 

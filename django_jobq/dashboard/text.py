@@ -54,6 +54,12 @@ def format_table(snap: Snapshot) -> str:
                 t.rate_limit or "-",
             ))  # fmt: skip
         out += _columns(limits)
+    if snap.fair:
+        out.append("")
+        keys = [("fair queue", "key", "due", "oldest wait")]
+        for k in snap.fair:
+            keys.append((k.queue, k.key, f"{k.due}+" if k.partial else str(k.due), format_duration(k.wait)))
+        out += _columns(keys)
     if snap.table is not None:
         out.append(format_upkeep(snap))
     out.append("")

@@ -21,6 +21,7 @@ once and no other read starts, so a hung link holds at most one thread and one c
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -53,6 +54,7 @@ FAMILIES = (
     "jobq_database_up", "jobq_queue_jobs", "jobq_queue_due_jobs", "jobq_queue_expired_leases",
     "jobq_queue_lag_seconds", "jobq_queue_paused", "jobq_queue_unserved", "jobq_workers_alive",
     "jobq_reaper_lease_seconds_left", "jobq_table_bytes", "jobq_oldest_transaction_seconds",
+    "jobq_fair_key_due_jobs", "jobq_fair_key_wait_seconds",
 )  # fmt: skip
 
 
@@ -258,7 +260,32 @@ def _figures(connection: BaseDatabaseWrapper) -> list[GaugeMetricFamily]:
         )
         oldest_family.add_metric([], oldest_xact or 0.0)
         families += [size, oldest_family]
+    if conf.fair_queues() and now is not None:
+        families += _fair_families(functools.partial(run, engine.stats.FAIR_KEYS), engine.text_time, now)
     return families
+
+
+def _fair_families(
+    read: Callable[..., list[tuple[Any, ...]]], time: Any, now: Any
+) -> list[GaugeMetricFamily]:
+    """The fair queues' busiest keys (at most TOP_KEYS per queue: the label values stay bounded), as
+    ``read`` (FAIR_KEYS) gives them."""
+    from ..fairness import SCAN_LIMIT, TOP_KEYS
+
+    due = GaugeMetricFamily(
+        "jobq_fair_key_due_jobs", "Due jobs of a fair queue's busiest keys (at most 10 keys per queue).",
+        labels=("queue", "key"),
+    )  # fmt: skip
+    wait = GaugeMetricFamily(
+        "jobq_fair_key_wait_seconds", "Age of the oldest due job of a fair queue's busiest keys.",
+        labels=("queue", "key"),
+    )  # fmt: skip
+    for queue in sorted(jobq_settings().fair_queues()):
+        for key, jobs, oldest, _ in read(queue=queue, top=TOP_KEYS, scan=SCAN_LIMIT):
+            oldest = time(oldest)
+            due.add_metric([queue, key], jobs)
+            wait.add_metric([queue, key], 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
+    return [due, wait]
 
 
 def _lanes(workers: list[tuple[Any, ...]], *, live_only: bool) -> set[str]:

@@ -287,3 +287,29 @@ def test_a_batch_with_dependencies_refuses_fairness_keys(fair):
     with pytest.raises(InvalidJob, match="fairness"):
         Job.objects.enqueue_many([NewJob("test.noop", queue=QUEUE, fairness_key="a", depends_on=[first])])
     assert Job.objects.count() == 1
+
+
+def test_the_busiest_keys_are_shown_with_their_oldest_wait(fair, admin_client):
+    import datetime as dt
+    import io
+
+    from django.core.management import call_command
+
+    from django_jobq import dashboard
+    from django_jobq.metrics.database import read_figures
+
+    backlog("noisy", 30)
+    backlog("calm", 3)
+    Job.objects.filter(fairness_key="calm").update(run_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="later", delay=3600)  # not due: not shown
+    snap = dashboard.snapshot()
+    assert [(k.key, k.due, k.partial) for k in snap.fair] == [("noisy", 30, False), ("calm", 3, False)]
+    assert snap.fair[1].wait > 3600 > snap.fair[0].wait
+    out = io.StringIO()
+    call_command("jobq_stats", stdout=out)
+    assert "fair queue" in out.getvalue() and "noisy" in out.getvalue()
+    families = {f.name: f for f in read_figures()}
+    due = {tuple(s.labels.values()): s.value for s in families["jobq_fair_key_due_jobs"].samples}
+    assert due == {(QUEUE, "noisy"): 30, (QUEUE, "calm"): 3}
+    page = admin_client.get("/admin/django_jobq/job/dashboard/")
+    assert page.status_code == 200 and b"jobq-fair-keys" in page.content and b"calm" in page.content

@@ -185,3 +185,28 @@ EXCEPTION_CLASS = (
     r"left(btrim(split_part(split_part(rtrim(coalesce(%(expressions)s, ''), E' \t\r\n'), E'\n', -1),"
     r" ':', 1)), 200)"
 )
+
+
+# fair_keys: a fair queue's keys with the most due jobs (%(top)s of them) and each one's oldest due
+# job. The due jobs are counted from the fair index (queue, fairness_key, ...; PENDING with a key),
+# index-only, reading at most %(scan)s entries (partial: the counts are of those, a lower bound); the
+# oldest is each lane's first entry of the key (one descent per lane of jobq_fair_key).
+FAIR_KEYS = f"""
+WITH due AS MATERIALIZED (
+    SELECT fairness_key FROM jobq_job
+    WHERE status = {PENDING} AND queue = %(queue)s AND fairness_key IS NOT NULL AND run_at <= {NOW}
+    LIMIT %(scan)s
+), top AS (
+    SELECT fairness_key AS key, count(*) AS due FROM due
+    GROUP BY fairness_key ORDER BY count(*) DESC, fairness_key LIMIT %(top)s
+)
+SELECT t.key, t.due, (
+           SELECT min(o.run_at) FROM jobq_fair_key AS f CROSS JOIN LATERAL (
+               SELECT j.run_at FROM jobq_job AS j
+               WHERE j.status = {PENDING} AND j.queue = f.queue AND j.fairness_key = f.key
+                 AND j.priority = f.priority
+               ORDER BY j.run_at LIMIT 1) AS o
+           WHERE f.queue = %(queue)s AND f.key = t.key) AS oldest,
+       (SELECT count(*) FROM due) >= %(scan)s AS partial
+FROM top AS t ORDER BY t.due DESC, t.key
+"""

@@ -101,3 +101,5 @@ QUEUE_ROWS = "SELECT name, paused FROM jobq_queue"
 # The exception class named by the last line of an error text (dashboard.ExceptionClass), computed by
 # a function django-jobq registers on the queue's SQLite connections (sqlite_setup).
 EXCEPTION_CLASS = "jobq_exception_class(%(expressions)s)"
+
+FAIR_KEYS = Unsupported("fair_queues", 'JOBQ["QUEUES"][...]["FAIR"]')
