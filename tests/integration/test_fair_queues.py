@@ -313,3 +313,34 @@ def test_the_busiest_keys_are_shown_with_their_oldest_wait(fair, admin_client):
     assert due == {(QUEUE, "noisy"): 30, (QUEUE, "calm"): 3}
     page = admin_client.get("/admin/django_jobq/job/dashboard/")
     assert page.status_code == 200 and b"jobq-fair-keys" in page.content and b"calm" in page.content
+
+
+def test_task_caps_per_key_compose_with_fairness(fair):
+    for tenant, key in (("t1", "c1"), ("t2", "c2")):
+        Job.objects.enqueue_many(
+            NewJob("test.capped_per_key", queue=QUEUE, fairness_key=tenant, concurrency_key=key) for _ in range(4)
+        )
+    _, jobs = Job.objects.complete_and_claim("w1", [], 4, QUEUE)
+    rows = Job.objects.filter(id__in=[j.id for j in jobs])
+    assert sorted(rows.values_list("fairness_key", "concurrency_key")) == [("t1", "c1"), ("t2", "c2")]
+
+
+def test_a_rate_limited_fair_queue_takes_only_its_permits_and_shares_them(fair):
+    fair(True, RATE_LIMIT="2/h")
+    backlog("noisy", 20)
+    Job.objects.enqueue("test.noop", queue=QUEUE, fairness_key="quiet")
+    _, jobs = Job.objects.complete_and_claim("w1", [], 4, QUEUE, rations={QUEUE: 2})
+    keys = sorted(Job.objects.filter(id__in=[j.id for j in jobs]).values_list("fairness_key", flat=True))
+    assert keys == ["noisy", "quiet"]
+
+
+def test_a_capped_fair_queue_with_capped_tasks_keeps_both_caps(fair):
+    fair(True, MAX_RUNNING=1)
+    for tenant in ("t1", "t2"):
+        Job.objects.enqueue_many(
+            NewJob("test.capped_per_key", queue=QUEUE, fairness_key=tenant, concurrency_key=tenant) for _ in range(3)
+        )
+    _, jobs = Job.objects.complete_and_claim("w1", [], 4, QUEUE)
+    assert len(jobs) == 1
+    _, more = Job.objects.complete_and_claim("w1", [], 4, QUEUE)
+    assert more == []  # the queue's cap is reached
