@@ -23,7 +23,7 @@ from django.utils import timezone
 from ..conf import jobq_settings
 from ..models import Job
 from ..registry import registered_tasks
-from ..replica import read_alias
+from ..replica import ReplicaLag, read_alias, replica_lag
 from ..sql import engine_of
 from ..status import JobStatus
 from .limits import TaskLimits, format_rate, limited_tasks, task_limits
@@ -104,6 +104,7 @@ class Snapshot:
     paused: tuple[PausedQueue, ...]  # sorted by name
     tasks: tuple[TaskLimits, ...]  # the registered tasks with a cap or a rate limit, by name
     table: TableFigures | None = None  # jobq_job's size and dead rows (PostgreSQL, when asked for)
+    replica: ReplicaLag | None = None  # read from a standby: how far behind; None: read from a primary
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
@@ -228,6 +229,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
         paused=paused,
         tasks=task_limits(limited, dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {}),
         table=table_figures(connection, {}) if upkeep else None,
+        replica=replica_lag(connection),
     )
 
 

@@ -150,8 +150,12 @@ def test_metrics_and_jobq_stats_read_the_replica_and_export_its_lag(replica):
 
     out = StringIO()
     call_command("jobq_stats", "--json", stdout=out)
-    queues = {q["queue"]: q for q in json.loads(out.getvalue())["queues"]}
-    assert queues["scraped"]["pending"] == 1
+    snap = json.loads(out.getvalue())
+    assert {q["queue"]: q["pending"] for q in snap["queues"]}["scraped"] == 1
+    assert snap["replica"]["alias"] == ALIAS and snap["replica"]["seconds"] > 0
+    out = StringIO()
+    call_command("jobq_stats", stdout=out)
+    assert f"read from the standby {ALIAS!r}, " in out.getvalue()
     assert Job.objects.filter(queue="scraped").count() == 2  # on the primary
 
 

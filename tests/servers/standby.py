@@ -48,6 +48,8 @@ class Standby:
     def problem() -> str | None:
         """Why no standby can be started here, or None."""
         settings = connections["default"].settings_dict
+        if ALIAS not in connections:
+            return f"no {ALIAS!r} alias in these settings (tests.settings has it)"
         if connections["default"].vendor != "postgresql" or settings.get("HOST") not in LOCAL_HOSTS:
             return "a standby needs the test database's PostgreSQL on this machine"
         if not shutil.which("pg_basebackup"):
