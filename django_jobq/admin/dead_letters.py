@@ -22,6 +22,13 @@ from .jobs import JobAdmin
 from .listing import QueueFilter, TaskFilter
 
 
+def _groups(request: HttpRequest) -> list[dashboard.DeadGroup]:
+    """The dead-letter groups, once per request, from the alias the request reads."""
+    return per_request(
+        request, "dead_groups", lambda: dashboard.dead_letter_groups(using=console_alias(request))
+    )
+
+
 class _DeadNameFilter(admin.SimpleListFilter):
     """A dead-letter filter: only the names that have dead letters (dashboard.dead_letter_names); the
     column and which name (queue or task) come from QueueFilter or TaskFilter."""
@@ -50,9 +57,7 @@ class ExceptionFilter(admin.SimpleListFilter):
     parameter_name = "exception"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        groups = per_request(
-            request, "dead_groups", lambda: dashboard.dead_letter_groups(using=console_alias(request))
-        )
+        groups = _groups(request)
         names = sorted({group.exception for group in groups})
         return [(name, name or "(none recorded)") for name in names]
 
@@ -95,9 +100,7 @@ class DeadJobAdmin(JobAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        groups = per_request(
-            request, "dead_groups", lambda: dashboard.dead_letter_groups(using=console_alias(request))
-        )
+        groups = _groups(request)
         rows = [{"g": group, "died": time_cell(group.last_finished_at)} for group in groups]
         extra_context = {**(extra_context or {}), "jobq_groups": groups, "jobq_group_rows": rows}
         return super().changelist_view(request, extra_context)

@@ -15,7 +15,7 @@ from django.db import connections
 from django.urls import reverse
 
 from django_jobq.metrics.database import read_figures
-from django_jobq.models import Job, JobStatus, Workflow
+from django_jobq.models import Job, JobStatus, Schedule, WorkerRecord, Workflow
 from django_jobq.replica import read_alias, replica_lag
 from tests.integration.conftest import dead_job, make_job
 from tests.servers.standby import ALIAS, Standby
@@ -70,6 +70,8 @@ def test_every_console_page_reads_the_replica_and_nothing_of_the_queue_on_the_pr
     workflow = Workflow.objects.create(name="nightly")
     job = make_job(workflow_id=workflow.pk)
     dead = dead_job()
+    worker = WorkerRecord.objects.create(worker_id="web-1:7", hostname="web-1", pid=7, lanes={"default": 2})
+    schedule = Schedule.objects.create(name="nightly", task="test.echo", cron="0 3 * * *")
     replica.wait_for_replay()
     pages = [
         reverse("admin:django_jobq_job_changelist"),
@@ -78,11 +80,14 @@ def test_every_console_page_reads_the_replica_and_nothing_of_the_queue_on_the_pr
         reverse("admin:django_jobq_deadjob_changelist"),
         reverse("admin:django_jobq_deadjob_change", args=[dead.pk]),
         reverse("admin:django_jobq_job_requeue", args=[dead.pk]),
+        reverse("admin:django_jobq_job_delete", args=[dead.pk]),
         reverse("admin:django_jobq_dashboard"),
         reverse("admin:django_jobq_workerrecord_changelist"),
+        reverse("admin:django_jobq_workerrecord_change", args=[worker.pk]),
         reverse("admin:django_jobq_workflow_changelist"),
         reverse("admin:django_jobq_workflow_change", args=[workflow.pk]),
         reverse("admin:django_jobq_schedule_changelist"),
+        reverse("admin:django_jobq_schedule_change", args=[schedule.pk]),
     ]
     for url in pages:
         with jobq_statements("default") as primary, jobq_statements(ALIAS) as standby:
@@ -95,6 +100,7 @@ def test_every_console_page_reads_the_replica_and_nothing_of_the_queue_on_the_pr
 
 def test_a_lagging_replica_is_read_as_it_is_and_the_page_says_how_far_behind(admin_client, replica, settings):
     kept = make_job(queue="lagging")
+    worker = WorkerRecord.objects.create(worker_id="web-1:7", hostname="web-1", pid=7, lanes={"default": 2})
     replica.wait_for_replay()
     replica.pause_replay()
     Job.objects.cancel_many(ids=[kept.pk], by="test")  # on the primary only, for now
@@ -108,6 +114,14 @@ def test_a_lagging_replica_is_read_as_it_is_and_the_page_says_how_far_behind(adm
     assert banner is not None and float(banner.group(1)) > 0
     assert "Read from the replica replica" in page and "behind the primary" in page
     assert Job.objects.using(ALIAS).get(pk=kept.pk).status == JobStatus.PENDING
+
+    for page in (  # the other templates: a job's page, its delete page, another model's page, the dashboard
+        reverse("admin:django_jobq_job_change", args=[kept.pk]),
+        reverse("admin:django_jobq_job_delete", args=[kept.pk]),
+        reverse("admin:django_jobq_workerrecord_change", args=[worker.pk]),
+        reverse("admin:django_jobq_dashboard"),
+    ):
+        assert b'id="jobq-replica-lag"' in admin_client.get(page).content, page
 
     settings.JOBQ = {**settings.JOBQ, "READ_LAG_WARNING_SECONDS": 86400}  # under the threshold: no banner
     assert b'id="jobq-replica-lag"' not in admin_client.get(jobs).content
