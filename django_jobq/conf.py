@@ -154,6 +154,10 @@ class JobqSettings:
     """Every knob of django-jobq; the JOBQ dict uses the same names in upper case."""
 
     database: str = "default"  # database alias that holds jobq_job
+    # alias the console and the metrics read (a streaming replica of DATABASE); None: a router's
+    # replica for jobq's models, else DATABASE itself (django_jobq.replica)
+    read_database: str | None = None
+    read_lag_warning_seconds: float = 5  # the console says so when READ_DATABASE is further behind
     listen_database: str | None = None  # alias or DSN for LISTEN (bypassing a pooler); None: DATABASE
     pool_mode: str = "session"  # "transaction": DATABASE goes through a transaction-mode pooler
     clock: str = "database"  # "database": now() in SQL; "python": timezone.now() (tests with time-machine)
@@ -319,7 +323,7 @@ class JobqSettings:
             )
 
     def _check_connections(self) -> None:
-        """DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""
+        """DATABASE, READ_DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""
         if not isinstance(self.database, str) or not self.database:
             raise ConfigurationError('JOBQ["DATABASE"] must be a database alias (a non-empty string)')
         if self.pool_mode not in POOL_MODES:
@@ -330,6 +334,18 @@ class JobqSettings:
             object.__setattr__(self, "prepared_statements", self.pool_mode == "session")
         elif not isinstance(self.prepared_statements, bool):
             raise ConfigurationError('JOBQ["PREPARED_STATEMENTS"] must be True, False or None')
+        read = self.read_database
+        if read is not None and (not isinstance(read, str) or read not in settings.DATABASES):
+            known = ", ".join(sorted(map(repr, settings.DATABASES)))
+            raise ConfigurationError(
+                f'JOBQ["READ_DATABASE"] must be None or an alias of settings.DATABASES ({known}), '
+                f"not {read!r:.100}"
+            )
+        lag = self.read_lag_warning_seconds
+        if not isinstance(lag, int | float) or isinstance(lag, bool) or not 0 <= lag <= DAY:
+            raise ConfigurationError(
+                'JOBQ["READ_LAG_WARNING_SECONDS"] must be a number of seconds in [0, 86400]'
+            )
         if self.listen_database is not None:
             listen_target(self.listen_database)  # raises for a value that is neither alias nor DSN
         if self.pool_mode == "transaction" and self.notify and self.listen_database in (None, self.database):

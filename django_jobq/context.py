@@ -113,10 +113,13 @@ class JobContext:
         """What this job waited for (django_jobq.workflows): one entry per dependency, in id order,
         with its state, its result (DONE) or its last error (DEAD, CANCELLED). Empty for a job
         without dependencies. In a chain, the one entry is the previous step."""
+        from .conf import jobq_settings
         from .models import Dependency, Job
 
-        ids = Dependency.objects.filter(dependent_id=self.job_id).values_list("dependency_id", flat=True)
-        rows = Job.objects.filter(id__in=list(ids)).order_by("id")
+        database = jobq_settings().database  # never a replica's (a router's) older rows
+        edges = Dependency.objects.using(database).filter(dependent_id=self.job_id)
+        ids = edges.values_list("dependency_id", flat=True)
+        rows = Job.objects.using(database).filter(id__in=list(ids)).order_by("id")
         return [
             DependencyResult(job.id, job.task, JobStatus(job.status).name, job.result, job.last_error)
             for job in rows.only("id", "task", "status", "result", "last_error")

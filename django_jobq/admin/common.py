@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 
 from .. import dashboard
 from ..conf import jobq_settings
+from ..replica import console_alias as console_alias  # re-exported for the admin's pages
 from ..status import ACTIVE, CANCELLED
 
 T = TypeVar("T")
@@ -30,11 +31,12 @@ else:
 
 
 class OnQueueDatabase(_ModelAdmin):
-    """A ModelAdmin whose reads and writes go to JOBQ["DATABASE"], with or without a router (Django's
-    "multiple databases in the admin" recipe)."""
+    """A ModelAdmin whose pages read the read alias (a replica, when one is configured) and whose
+    actions and forms read and write JOBQ["DATABASE"], with or without a router (Django's "multiple
+    databases in the admin" recipe): see console_alias."""
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return super().get_queryset(request).using(jobq_settings().database)
+        return super().get_queryset(request).using(console_alias(request))
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         obj.save(using=jobq_settings().database)
@@ -44,6 +46,11 @@ class OnQueueDatabase(_ModelAdmin):
 
 
 # -- shared helpers ----------------------------------------------------------------------------------------
+def loaded_from(obj: models.Model) -> str:
+    """The alias ``obj`` was read from (console_alias's, for a row of a page): its related rows too."""
+    return obj._state.db or jobq_settings().database
+
+
 def per_request(request: HttpRequest, key: str, compute: Callable[[], T]) -> T:
     """Compute once per request (the list filters and the dead-letter groups share their queries)."""
     cache: dict[str, Any] = request.__dict__.setdefault("_jobq_cache", {})

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from .. import dashboard
 from ..dashboard.workflows import WORKFLOWS_LIMIT
-from .common import breadcrumbs, exact_time, lanes_text, time_cell
+from .common import breadcrumbs, console_alias, exact_time, lanes_text, time_cell
 from .queues import may_pause
 
 if TYPE_CHECKING:
@@ -26,7 +26,8 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
     """The dashboard, for whoever may view jobs."""
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    snap = dashboard.snapshot()
+    alias = console_alias(request)
+    snap = dashboard.snapshot(using=alias)
     paused = {p.queue: p for p in snap.paused}
     refresh = request.GET.get("refresh", "")
     opts = model_admin.opts
@@ -54,7 +55,7 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
         "refresh": int(refresh) if refresh.isdigit() and 0 < int(refresh) <= 3600 else None,
         "workflows": [
             {"w": w, "created": time_cell(w.created_at, snap.now), "url": _workflow_url(w.id)}
-            for w in dashboard.unfinished_workflows()
+            for w in dashboard.unfinished_workflows(using=alias)
         ],
         "fair": [{"k": k, "wait": dashboard.format_duration(k.wait)} for k in snap.fair],
         "workflows_url": reverse("admin:django_jobq_workflow_changelist"),

@@ -17,9 +17,16 @@ from django.utils.safestring import SafeString
 from .. import dashboard
 from ..models import DeadJob, Job
 from ..status import JobStatus
-from .common import per_request, time_cell
+from .common import console_alias, per_request, time_cell
 from .jobs import JobAdmin
 from .listing import QueueFilter, TaskFilter
+
+
+def _groups(request: HttpRequest) -> list[dashboard.DeadGroup]:
+    """The dead-letter groups, once per request, from the alias the request reads."""
+    return per_request(
+        request, "dead_groups", lambda: dashboard.dead_letter_groups(using=console_alias(request))
+    )
 
 
 class _DeadNameFilter(admin.SimpleListFilter):
@@ -29,7 +36,9 @@ class _DeadNameFilter(admin.SimpleListFilter):
     which: int
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = per_request(request, "dead_names", dashboard.dead_letter_names)[self.which]
+        names = per_request(
+            request, "dead_names", lambda: dashboard.dead_letter_names(using=console_alias(request))
+        )[self.which]
         return [(name, name) for name in names]
 
 
@@ -48,7 +57,7 @@ class ExceptionFilter(admin.SimpleListFilter):
     parameter_name = "exception"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        groups = per_request(request, "dead_groups", dashboard.dead_letter_groups)
+        groups = _groups(request)
         names = sorted({group.exception for group in groups})
         return [(name, name or "(none recorded)") for name in names]
 
@@ -91,7 +100,7 @@ class DeadJobAdmin(JobAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        groups = per_request(request, "dead_groups", dashboard.dead_letter_groups)
+        groups = _groups(request)
         rows = [{"g": group, "died": time_cell(group.last_finished_at)} for group in groups]
         extra_context = {**(extra_context or {}), "jobq_groups": groups, "jobq_group_rows": rows}
         return super().changelist_view(request, extra_context)

@@ -14,7 +14,6 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from .. import dashboard
-from ..conf import jobq_settings
 from ..models import Dependency, Job, WorkerRecord
 from ..status import ACTIVE, JobStatus
 from .common import (
@@ -24,6 +23,7 @@ from .common import (
     exact_time,
     first_line,
     heartbeat_state,
+    loaded_from,
     pretty_json,
     time_field,
 )
@@ -147,7 +147,7 @@ class JobPage(_JobModelAdmin):
         """For a RUNNING job: whether its worker still beats (a killed one shows "overdue")."""
         if obj.status != JobStatus.RUNNING or not obj.worker_id:
             return "-"
-        record = WorkerRecord.objects.using(jobq_settings().database).filter(worker_id=obj.worker_id).first()
+        record = WorkerRecord.objects.using(loaded_from(obj)).filter(worker_id=obj.worker_id).first()
         if record is None:
             return "no heartbeat recorded for this worker"
         return heartbeat_state(record.last_seen_at, record.stopped_at, timezone.now())
@@ -194,7 +194,7 @@ class JobPage(_JobModelAdmin):
     @admin.display(description="waits for")
     def waits_for(self, obj: Job) -> SafeString | str:
         """The jobs it waits for (struck through: finished), and whether it runs when one fails."""
-        edges = Dependency.objects.using(jobq_settings().database).filter(dependent_id=obj.pk)
+        edges = Dependency.objects.using(loaded_from(obj)).filter(dependent_id=obj.pk)
         rows = list(edges.order_by("dependency_id").values_list("dependency_id", "resolved")[: MAX_EDGES + 1])
         if not rows:
             return "-"
@@ -210,7 +210,7 @@ class JobPage(_JobModelAdmin):
     @admin.display(description="needed by")
     def needed_by(self, obj: Job) -> SafeString | str:
         """The jobs that wait for it (jobq_dependency_of)."""
-        edges = Dependency.objects.using(jobq_settings().database).filter(dependency_id=obj.pk)
+        edges = Dependency.objects.using(loaded_from(obj)).filter(dependency_id=obj.pk)
         ids = list(edges.order_by("dependent_id").values_list("dependent_id", flat=True)[: MAX_EDGES + 1])
         if not ids:
             return "-"

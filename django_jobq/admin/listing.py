@@ -25,7 +25,7 @@ from .. import dashboard
 from ..conf import jobq_settings
 from ..registry import registered_tasks
 from ..status import CANCELLED, DEAD, DONE, FINISHED, PENDING, RUNNING, WAITING
-from .common import per_request
+from .common import console_alias, per_request
 
 if TYPE_CHECKING:  # Paginator is generic for the type checker only
     _Paginator = Paginator[Any]
@@ -83,11 +83,12 @@ def configured_queues() -> set[str]:
     return queues
 
 
-def filter_names() -> tuple[list[str], list[str]]:
+def filter_names(using: str | None = None) -> tuple[list[str], list[str]]:
     """(queues, tasks) offered by the job list's filters: what the configuration and the task registry
-    name, and the names of the dead letters (one DISTINCT over the small partial index jobq_job_dead).
-    Never a read of the backlog or the history: any other name works in the address (``?queue=x``)."""
-    dead_queues, dead_tasks = dashboard.dead_letter_names()
+    name, and the names of the dead letters (one DISTINCT over the small partial index jobq_job_dead,
+    on ``using``). Never a read of the backlog or the history: any other name works in the address
+    (``?queue=x``)."""
+    dead_queues, dead_tasks = dashboard.dead_letter_names(using=using)
     queues = configured_queues() | set(dead_queues)
     tasks = set(registered_tasks()) | set(dead_tasks)
     return sorted(queues), sorted(tasks)
@@ -99,7 +100,7 @@ class _NameFilter(admin.SimpleListFilter):
     which = 0
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = per_request(request, "filter_names", filter_names)[self.which]
+        names = per_request(request, "filter_names", lambda: filter_names(console_alias(request)))[self.which]
         return [(name, name) for name in names]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

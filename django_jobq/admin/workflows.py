@@ -20,13 +20,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
-from ..conf import jobq_settings
 from ..exceptions import JobqError
 from ..models import Dependency, Job, Workflow
 from ..status import FINISHED, JobStatus
 from ..workflows import Workflow as WorkflowHandle
 from ..workflows import WorkflowStatus
-from .common import OnQueueDatabase, breadcrumbs, log, time_cell
+from .common import OnQueueDatabase, breadcrumbs, loaded_from, log, time_cell
 from .search import WORKFLOW_PREFIX
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
@@ -243,15 +242,15 @@ class WorkflowAdmin(_WorkflowModelAdmin):
             "jobs_url": reverse("admin:django_jobq_job_changelist")
             + "?"
             + urlencode({"q": f"{WORKFLOW_PREFIX}{workflow.pk}"}),
-            **workflow_jobs(workflow.pk),
+            **workflow_jobs(workflow.pk, loaded_from(workflow)),
         }
         return TemplateResponse(request, "admin/django_jobq/workflow/detail.html", context)
 
 
-def workflow_jobs(workflow_id: int) -> dict[str, Any]:
+def workflow_jobs(workflow_id: int, database: str) -> dict[str, Any]:
     """The page's table: the first MAX_SHOWN_JOBS jobs in id order, each with the ids it waits for
-    (those still unfinished marked) and the ids waiting for it, among the edges of the jobs shown."""
-    database = jobq_settings().database
+    (those still unfinished marked) and the ids waiting for it, among the edges of the jobs shown,
+    read from ``database``."""
     fields = (
         "id",
         "task",

@@ -13,6 +13,7 @@ from ..conf import JobqSettings, ScheduleOptions, jobq_settings, listen_target
 from ..exceptions import ConfigurationError, JobqError
 from ..models import Job
 from ..registry import get_task
+from ..replica import read_alias
 from .engine import engine_problems, engine_setup_problems
 
 
@@ -29,6 +30,8 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             check_id = "jobq.E006"
         elif message.startswith('JOBQ["LISTEN_DATABASE"]'):
             check_id = "jobq.E007"
+        elif message.startswith('JOBQ["READ_DATABASE"]'):
+            check_id = "jobq.E013"
         return [Error(message, hint="See docs/reference/configuration.md.", id=check_id)]
     errors: list[CheckMessage] = []
     if conf.database not in connections:
@@ -44,6 +47,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     if conf.database in connections:
         errors += _routing(conf)
     errors += _listen_database(conf)
+    errors += _read_database(conf)
     errors += _schedule_tasks(conf.schedules.values())
     errors += _exception_paths(conf)
     return errors
@@ -95,12 +99,33 @@ def _listen_database(conf: JobqSettings) -> list[CheckMessage]:
     return []
 
 
+def _read_database(conf: JobqSettings) -> list[CheckMessage]:
+    """jobq.E013 when the read alias (JOBQ["READ_DATABASE"], or a router's replica) is another kind
+    of database than JOBQ["DATABASE"]: it must be a copy of it (a streaming replica)."""
+    if conf.database not in connections:
+        return []
+    alias = read_alias()
+    vendor, expected = connections[alias].vendor, connections[conf.database].vendor
+    if vendor == expected:
+        return []
+    return [
+        Error(
+            f"django-jobq's console and metrics read {alias!r}, a {vendor} database, but JOBQ['DATABASE'] "
+            f"is {expected}: the read alias must be a replica of JOBQ['DATABASE'].",
+            hint='Set JOBQ["READ_DATABASE"] to a replica\'s alias, or None to read JOBQ["DATABASE"].',
+            id="jobq.E013",
+        )
+    ]
+
+
 def _routing(conf: JobqSettings) -> list[CheckMessage]:
-    """jobq.E008 when the database routers send jobq's models (the admin's and the ORM's reads and
-    writes, or its migrations) anywhere but JOBQ["DATABASE"]."""
+    """jobq.E008 when the database routers send jobq's models (the ORM's writes, its reads unless to
+    a replica, or its migrations) anywhere but JOBQ["DATABASE"]. Reads routed to another alias while
+    writes go to JOBQ["DATABASE"] are a primary/replica router: the console reads there
+    (django_jobq.replica), the queue itself always reads JOBQ["DATABASE"]."""
     read, write = router.db_for_read(Job), router.db_for_write(Job)
     migrates = router.allow_migrate(conf.database, "django_jobq", model_name="job")
-    if read == write == conf.database and migrates:
+    if write == conf.database and read in connections and migrates:
         return []
     return [
         Error(

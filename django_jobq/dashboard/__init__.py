@@ -3,6 +3,8 @@
 ``snapshot()`` runs eight bounded statements (nine with the table's upkeep) (django_jobq.sql.postgres.stats) and returns a frozen
 Snapshot; ``check()`` compares one with health thresholds; ``format_table()`` renders one for a terminal.
 ``unfinished_workflows()`` (dashboard.workflows) is the dashboard page's one more statement.
+Every figure is read from the read alias (django_jobq.replica: a replica when one is configured), or
+from the alias a caller passes as ``using``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from django.utils import timezone
 from ..conf import jobq_settings
 from ..models import Job
 from ..registry import registered_tasks
+from ..replica import ReplicaLag, read_alias, replica_lag
 from ..sql import engine_of
 from ..status import JobStatus
 from .fairness import FairKey, fair_keys
@@ -103,6 +106,7 @@ class Snapshot:
     tasks: tuple[TaskLimits, ...]  # the registered tasks with a cap or a rate limit, by name
     table: TableFigures | None = None  # jobq_job's size and dead rows (PostgreSQL, when asked for)
     fair: tuple[FairKey, ...] = ()  # the fair queues' busiest keys (dashboard/fairness.py)
+    replica: ReplicaLag | None = None  # read from a standby: how far behind; None: read from a primary
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
@@ -142,10 +146,11 @@ class ExceptionClass(models.Func):
         return super().as_sql(compiler, connection, function, template, arg_joiner, **extra_context)
 
 
-def snapshot(*, exact: bool = False, upkeep: bool = False) -> Snapshot:
+def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = None) -> Snapshot:
     """Read every figure. ``exact=True`` counts DONE jobs even in a large table (a full pass);
-    ``upkeep=True`` adds jobq_job's size, dead rows and last vacuum (one catalogue read)."""
-    connection = connections[jobq_settings().database]
+    ``upkeep=True`` adds jobq_job's size, dead rows and last vacuum (one catalogue read). Read from
+    ``using``, by default the read alias (django_jobq.replica)."""
+    connection = connections[using or read_alias()]
     engine = engine_of(connection)  # refuses a database without an engine
     sql = engine.stats
     time = engine.text_time  # a time column as an aware datetime (SQLite returns text)
@@ -227,6 +232,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False) -> Snapshot:
         tasks=task_limits(limited, dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {}),
         table=table_figures(connection, {}) if upkeep else None,
         fair=fair_keys(connection, now),
+        replica=replica_lag(connection),
     )
 
 
@@ -269,19 +275,21 @@ def check(
     return problems
 
 
-def dead_letter_groups(limit: int = 50) -> list[DeadGroup]:
+def dead_letter_groups(limit: int = 50, using: str | None = None) -> list[DeadGroup]:
     """DEAD jobs grouped by task and exception class, largest groups first (at most ``limit``).
 
     Reads the DEAD rows through the jobq_job_dead index: the cost follows the dead letters kept.
     """
-    return [DeadGroup(**{**row, "exception": row["exception"] or ""}) for row in dead_letter_query()[:limit]]
+    return [
+        DeadGroup(**{**row, "exception": row["exception"] or ""}) for row in dead_letter_query(using)[:limit]
+    ]
 
 
-def dead_letter_query() -> models.QuerySet[Any, Any]:
+def dead_letter_query(using: str | None = None) -> models.QuerySet[Any, Any]:
     """The grouping query of dead_letter_groups (task, exception, jobs, last_finished_at), unsliced.
     The exception is the column the statement that made each job DEAD wrote (a key of jobq_job_dead)."""
     return (
-        Job.objects.using(jobq_settings().database)
+        Job.objects.using(using or read_alias())
         .filter(status=JobStatus.DEAD)
         .values("task", "exception")
         .annotate(jobs=models.Count("id"), last_finished_at=models.Max("finished_at"))
@@ -289,14 +297,14 @@ def dead_letter_query() -> models.QuerySet[Any, Any]:
     )
 
 
-def dead_letter_names(limit: int = 500) -> tuple[list[str], list[str]]:
+def dead_letter_names(limit: int = 500, using: str | None = None) -> tuple[list[str], list[str]]:
     """(queues, tasks) that have dead letters: the dead-letter page's filters.
 
     One DISTINCT over the (queue, task) pairs of the DEAD rows, read index-only and in order from
     jobq_job_dead (partial on DEAD, on exactly those columns), at most ``limit`` pairs: the cost follows
     the dead letters kept, never the DONE history.
     """
-    dead = Job.objects.using(jobq_settings().database).filter(status=JobStatus.DEAD)
+    dead = Job.objects.using(using or read_alias()).filter(status=JobStatus.DEAD)
     pairs = dead.order_by("queue", "task").values_list("queue", "task").distinct()[:limit]
     queues, tasks = set(), set()
     for queue, task in pairs:
@@ -305,13 +313,13 @@ def dead_letter_names(limit: int = 500) -> tuple[list[str], list[str]]:
     return sorted(queues), sorted(tasks)
 
 
-def filter_names(limit: int = 500) -> tuple[list[str], list[str]]:
+def filter_names(limit: int = 500, using: str | None = None) -> tuple[list[str], list[str]]:
     """(queues, tasks) worth offering as admin filters, read from bounded indexes and the registry.
 
     Queues: those with PENDING, RUNNING or DEAD jobs, plus the registered tasks' queues. Tasks: the
     registered ones plus those with dead letters. A name missing here can still be filtered on by URL.
     """
-    connection = connections[jobq_settings().database]
+    connection = connections[using or read_alias()]
     queues, tasks = set(), set()
     for task in registered_tasks().values():
         queues.add(task.queue)

@@ -36,6 +36,9 @@ def format_table(snap: Snapshot) -> str:
             )
         )  # fmt: skip
     out = [f"django-jobq at {snap.now.isoformat(timespec='seconds')}", *_columns(lines)]
+    if snap.replica is not None:
+        behind = "an unknown time" if snap.replica.seconds is None else format_duration(snap.replica.seconds)
+        out.append(f"read from the standby {snap.replica.alias!r}, {behind} behind its primary")
     if snap.done_estimated:
         out.append("~ DONE counts are planner estimates (jobq_stats --exact counts them)")
     if snap.unserved:

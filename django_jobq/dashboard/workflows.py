@@ -10,6 +10,7 @@ from django.db import connections
 from django.utils import timezone
 
 from ..conf import jobq_settings
+from ..replica import read_alias
 from ..sql import engine_of
 from ..status import JobStatus
 
@@ -33,9 +34,10 @@ class WorkflowFigures:
         return self.counts.get(state, 0)
 
 
-def unfinished_workflows(limit: int = WORKFLOWS_LIMIT) -> list[WorkflowFigures]:
-    """The ``limit`` most recent workflows that still have a WAITING, PENDING or RUNNING job, newest first."""
-    connection = connections[jobq_settings().database]
+def unfinished_workflows(limit: int = WORKFLOWS_LIMIT, using: str | None = None) -> list[WorkflowFigures]:
+    """The ``limit`` most recent workflows that still have a WAITING, PENDING or RUNNING job, newest
+    first, read from ``using`` (by default the read alias, django_jobq.replica)."""
+    connection = connections[using or read_alias()]
     engine = engine_of(connection)
     params = {"limit": limit, "now": timezone.now() if jobq_settings().clock == "python" else None}
     found: dict[int, WorkflowFigures] = {}

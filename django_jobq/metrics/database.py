@@ -37,6 +37,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..conf import jobq_settings
+from ..replica import read_alias, replica_lag
 from ..sql import engine_of
 from ..status import JobStatus
 
@@ -49,12 +50,14 @@ STATES = {
     JobStatus.WAITING: "waiting",
 }  # fmt: skip
 # Every family the collector may give (jobq_reaper_lease_seconds_left only once a reaper ran,
-# jobq_table_bytes and jobq_oldest_transaction_seconds on PostgreSQL only).
+# jobq_table_bytes and jobq_oldest_transaction_seconds on PostgreSQL only, jobq_replica_lag_seconds
+# only when the read alias is a standby).
 FAMILIES = (
     "jobq_database_up", "jobq_queue_jobs", "jobq_queue_due_jobs", "jobq_queue_expired_leases",
     "jobq_queue_lag_seconds", "jobq_queue_paused", "jobq_queue_unserved", "jobq_workers_alive",
     "jobq_reaper_lease_seconds_left", "jobq_table_bytes", "jobq_oldest_transaction_seconds",
     "jobq_fair_key_due_jobs", "jobq_fair_key_wait_seconds",
+    "jobq_replica_lag_seconds",
 )  # fmt: skip
 
 
@@ -143,15 +146,15 @@ def _up(value: int) -> GaugeMetricFamily:
 
 
 def read_figures() -> list[GaugeMetricFamily]:
-    """The figures, read on a connection opened for this read and closed after it; jobq_database_up 0
-    alone when they could not be read."""
+    """The figures, read from the read alias (django_jobq.replica) on a connection opened for this read
+    and closed after it; jobq_database_up 0 alone when they could not be read."""
     conf = jobq_settings()
-    wrapper = reading_connection(conf.database, conf.metrics_timeout_seconds)
+    wrapper = reading_connection(read_alias(), conf.metrics_timeout_seconds)
     try:
         if conf.pool_mode != "transaction":  # no session settings through a transaction pooler
             timeout = conf.metrics_timeout_seconds
             engine_of(wrapper).set_timeouts(wrapper, timeout, min(conf.lock_timeout, timeout))
-        families = _figures(wrapper)
+        families = _figures(wrapper) + _replica(wrapper)
     except Exception as exc:  # a scrape never fails: the target says the database is not answering
         logger.warning("metrics: could not read the queue's figures: %s", exc)
         return [_up(0)]
@@ -286,6 +289,19 @@ def _fair_families(
             due.add_metric([queue, key], jobs)
             wait.add_metric([queue, key], 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
     return [due, wait]
+
+
+def _replica(connection: BaseDatabaseWrapper) -> list[GaugeMetricFamily]:
+    """jobq_replica_lag_seconds, when the figures come from a standby whose lag is known."""
+    lag = replica_lag(connection)
+    if lag is None or lag.seconds is None:
+        return []
+    family = GaugeMetricFamily(
+        "jobq_replica_lag_seconds",
+        "How far the standby these figures are read from is behind its primary (0: replayed all it received).",
+    )
+    family.add_metric([], lag.seconds)
+    return [family]
 
 
 def _lanes(workers: list[tuple[Any, ...]], *, live_only: bool) -> set[str]:

@@ -318,7 +318,8 @@ def test_the_busiest_keys_are_shown_with_their_oldest_wait(fair, admin_client):
 def test_task_caps_per_key_compose_with_fairness(fair):
     for tenant, key in (("t1", "c1"), ("t2", "c2")):
         Job.objects.enqueue_many(
-            NewJob("test.capped_per_key", queue=QUEUE, fairness_key=tenant, concurrency_key=key) for _ in range(4)
+            NewJob("test.capped_per_key", queue=QUEUE, fairness_key=tenant, concurrency_key=key)
+            for _ in range(4)
         )
     _, jobs = Job.objects.complete_and_claim("w1", [], 4, QUEUE)
     rows = Job.objects.filter(id__in=[j.id for j in jobs])
@@ -338,7 +339,8 @@ def test_a_capped_fair_queue_with_capped_tasks_keeps_both_caps(fair):
     fair(True, MAX_RUNNING=1)
     for tenant in ("t1", "t2"):
         Job.objects.enqueue_many(
-            NewJob("test.capped_per_key", queue=QUEUE, fairness_key=tenant, concurrency_key=tenant) for _ in range(3)
+            NewJob("test.capped_per_key", queue=QUEUE, fairness_key=tenant, concurrency_key=tenant)
+            for _ in range(3)
         )
     _, jobs = Job.objects.complete_and_claim("w1", [], 4, QUEUE)
     assert len(jobs) == 1

@@ -8,6 +8,14 @@ SECRET_KEY = "tests"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/jobq")}
+# A streaming standby of the test database's server, started by tests/servers/standby.py on a free port
+# (JOBQ_TEST_REPLICA_PORT to fix it) for the read-replica tests only: its test database is the
+# primary's, streamed (TEST MIRROR), never created on it.
+DATABASES["replica"] = {
+    **DATABASES["default"],
+    "PORT": env("JOBQ_TEST_REPLICA_PORT", default=""),
+    "TEST": {"MIRROR": "default"},
+}
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

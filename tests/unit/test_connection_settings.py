@@ -1,5 +1,6 @@
-"""JOBQ["LISTEN_DATABASE"], ["POOL_MODE"] and ["PREPARED_STATEMENTS"], their checks (jobq.E007) and the
-router check (jobq.E008) with django_jobq.routers.JobqRouter (no database server needed)."""
+"""JOBQ["LISTEN_DATABASE"], ["POOL_MODE"], ["PREPARED_STATEMENTS"] and ["READ_DATABASE"], their checks
+(jobq.E007, jobq.E013), the router check (jobq.E008) with django_jobq.routers.JobqRouter, and which
+alias the console reads (django_jobq.replica) (no database server needed)."""
 
 import pytest
 from django.core.checks import run_checks
@@ -7,6 +8,7 @@ from django.core.checks import run_checks
 from django_jobq.conf import JobqSettings, listen_target
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.models import Job, Schedule
+from django_jobq.replica import read_alias
 from django_jobq.routers import JobqRouter
 
 pytestmark = [pytest.mark.unit, pytest.mark.p1]
@@ -33,7 +35,7 @@ def test_listen_database_is_an_alias_or_a_dsn(value, kind):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("nope", r"'nope' is neither a database alias \('default'\) nor a DSN"),
+        ("nope", r"'nope' is neither a database alias \('default', 'replica'\) nor a DSN"),
         ("host=a dbname", 'not a valid PostgreSQL DSN: missing "=" after "dbname"'),
         ("", "must be a database alias, a PostgreSQL DSN or None"),
         (5432, "must be a database alias, a PostgreSQL DSN or None"),
@@ -128,3 +130,63 @@ def test_the_router_keeps_jobq_models_on_the_queue_alias(settings):
 def test_with_the_router_the_check_passes(settings):
     settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
     assert _ids(settings, {}) == []
+
+
+@pytest.mark.parametrize("value", ["nope", "", 5, "replica\x00", "default; DROP TABLE jobq_job"])
+def test_a_read_database_that_is_not_an_alias_is_refused(settings, value):
+    with pytest.raises(ConfigurationError, match=r'JOBQ\["READ_DATABASE"\] must be None or an alias'):
+        JobqSettings.from_dict({"READ_DATABASE": value})
+    assert _ids(settings, {"READ_DATABASE": value}) == ["jobq.E013"]
+
+
+@pytest.mark.parametrize("value", [-1, "5", True, 86401])
+def test_the_lag_warning_is_a_number_of_seconds(value):
+    with pytest.raises(ConfigurationError, match="READ_LAG_WARNING_SECONDS"):
+        JobqSettings.from_dict({"READ_LAG_WARNING_SECONDS": value})
+
+
+def test_a_read_database_of_another_kind_is_refused_by_the_check(settings, monkeypatch):
+    from django.db import connections
+
+    assert _ids(settings, {"READ_DATABASE": "replica"}) == []
+    monkeypatch.setattr(connections["replica"], "vendor", "sqlite")
+    assert _ids(settings, {"READ_DATABASE": "replica"}) == ["jobq.E013"]
+
+
+class ReplicaRouter:
+    """Django's primary/replica recipe: reads to "replica", writes and migrations to "default"."""
+
+    def db_for_read(self, model, **hints):
+        return "replica"
+
+    def db_for_write(self, model, **hints):
+        return "default"
+
+    def allow_migrate(self, db, app_label, **hints):
+        return db == "default"
+
+
+def test_the_read_alias_is_the_setting_then_a_replica_router_then_the_queue_database(settings):
+    settings.JOBQ = {}
+    assert read_alias() == "default"
+    settings.DATABASE_ROUTERS = [ReplicaRouter()]
+    assert read_alias() == "replica"  # the router's replica
+    assert _ids(settings, {}) == []  # a primary/replica router passes jobq.E008
+    settings.JOBQ = {"READ_DATABASE": "default"}
+    assert read_alias() == "default"  # the setting wins
+    settings.JOBQ = {}
+    settings.DATABASE_ROUTERS = [Nowhere()]  # reads to an alias that does not exist: not a replica
+    assert read_alias() == "default"
+
+
+class Nowhere(ReplicaRouter):
+    def db_for_read(self, model, **hints):
+        return "gone"
+
+
+def test_a_router_whose_writes_go_elsewhere_gives_no_replica(settings):
+    settings.JOBQ = {"DATABASE": "replica"}
+    settings.DATABASE_ROUTERS = [ReplicaRouter()]  # writes "default", not JOBQ["DATABASE"]
+    assert read_alias() == "replica"
+    settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]  # reads and writes on DATABASE
+    assert read_alias() == "replica"

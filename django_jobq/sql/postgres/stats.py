@@ -178,6 +178,18 @@ SELECT name, changed_at, changed_by FROM jobq_queue WHERE paused ORDER BY name
 # and whether it is paused now; for the metrics, which report every queue they know of. Read-only.
 QUEUE_ROWS = "SELECT name, paused FROM jobq_queue"
 
+# replica_lag: one row: whether this server is a standby (in recovery), and how far its replay is
+# behind, in seconds: 0 while it has replayed all the WAL it received, else the age of the last
+# transaction it replayed (an upper bound: the primary may have been idle before the change not yet
+# replayed); NULL on a primary, or on a standby that has replayed no transaction yet. Calls functions
+# only, reads no table: constant cost, and a standby answers it (read-only).
+REPLICA_LAG = """
+SELECT pg_is_in_recovery(),
+       CASE WHEN NOT pg_is_in_recovery() THEN NULL
+            WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
+            ELSE greatest(0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))::float8 END
+"""
+
 # The exception class named by the last line of an error text (dashboard.ExceptionClass, a Func
 # template): the last line (split_part with a negative index, PostgreSQL 14+), then what precedes its
 # first colon.

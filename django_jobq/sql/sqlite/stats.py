@@ -98,6 +98,9 @@ PAUSED = "SELECT name, changed_at, changed_by FROM jobq_queue WHERE paused ORDER
 
 QUEUE_ROWS = "SELECT name, paused FROM jobq_queue"
 
+# replica_lag: SQLite has no standby: never in recovery, no lag. Reads nothing.
+REPLICA_LAG = "SELECT 0, NULL"
+
 # The exception class named by the last line of an error text (dashboard.ExceptionClass), computed by
 # a function django-jobq registers on the queue's SQLite connections (sqlite_setup).
 EXCEPTION_CLASS = "jobq_exception_class(%(expressions)s)"
