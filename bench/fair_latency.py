@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     migrate()
     results = {}
     with tempfile.TemporaryDirectory() as logs:
-        for name, noisy, fair in (
+        for name, noisy, marked in (
             ("quiet alone", 0, True),
             ("noisy, fair", args.noisy, True),
             ("noisy, unfair", args.noisy, False),
