@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             ("noisy, unfair", args.noisy, False),
         ):
             results[name] = run(
-                url, Path(logs), noisy=noisy, fair=fair, quiet=args.quiet, seconds=args.seconds
+                url, Path(logs), noisy=noisy, fair=marked, quiet=args.quiet, seconds=args.seconds
             )
             print(f"{name:14} {results[name]}", flush=True)
     alone, fair, unfair = (results[k] for k in ("quiet alone", "noisy, fair", "noisy, unfair"))
