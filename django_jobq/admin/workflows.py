@@ -21,13 +21,13 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
 from ..conf import jobq_settings
+from ..console.search import WORKFLOW_PREFIX
 from ..exceptions import JobqError
 from ..models import Dependency, Job, Workflow
 from ..status import FINISHED, JobStatus
 from ..workflows import Workflow as WorkflowHandle
 from ..workflows import WorkflowStatus
 from .common import OnQueueDatabase, breadcrumbs, log, time_cell
-from .search import WORKFLOW_PREFIX
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _WorkflowModelAdmin = admin.ModelAdmin[Workflow]
