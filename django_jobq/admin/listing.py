@@ -99,7 +99,11 @@ class _NameFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        return queryset if value is None else queryset.filter(**{str(self.parameter_name): value})
+        if value is None:
+            return queryset
+        if "\x00" in value:  # no job has such a name (and PostgreSQL refuses the byte in a query)
+            return queryset.none()
+        return queryset.filter(**{str(self.parameter_name): value})
 
 
 class QueueFilter(_NameFilter):
