@@ -116,7 +116,11 @@ class ConfirmedActions(_JobModelAdmin):
         if kind == BulkAction.Kind.REQUEUE:
             options["spread"] = jobq_settings().bulk_requeue_spread_seconds
         query = request.GET.urlencode()
-        action = bulk.start(kind, selection, total, options=options, by=_by(request), query=query)
+        try:  # the queue may refuse the bulk job (JOBQ["QUEUES"][…]["MAX_DEPTH"])
+            action = bulk.start(kind, selection, total, options=options, by=_by(request), query=query)
+        except JobqError as exc:
+            self.message_user(request, f"Nothing was done: {exc}", messages.ERROR)
+            return None
         verb = VERBS[kind][0].lower()
         log_action(
             request,

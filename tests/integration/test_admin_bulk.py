@@ -222,14 +222,42 @@ def test_a_rerun_after_a_crash_neither_skips_nor_acts_twice(admin_client, monkey
     assert statuses([first]) == {JobStatus.DEAD}  # behind the cursor: not requeued twice
 
 
+@pytest.mark.p0
+@pytest.mark.django_db(transaction=True)
+def test_a_bulk_job_whose_worker_died_runs_again_after_its_lease_and_continues(
+    admin_client, settings, worker_thread
+):
+    """The bulk job's worker dies after a batch: the reaper gives the job back once its lease expires, a
+    real worker runs it again, and it continues from the committed cursor."""
+    settings.JOBQ = {**settings.JOBQ, "BULK_BATCH": 3, "BULK_REQUEUE_SPREAD_SECONDS": 0}
+    jobs = [dead_job(queue="emails") for _ in range(10)]
+    page = select_all(admin_client, DEAD + "?queue=emails", "requeue_selected")
+    select_all(admin_client, DEAD + "?queue=emails", "requeue_selected", confirm=confirmation(page))
+    action = BulkAction.objects.get()
+    ghost = Job.objects.claim("ghost-1", queues=["default"], lease_seconds=0.05)  # a worker takes it,
+    assert ghost is not None and ghost.pk == action.job_id
+    assert bulk.run_batch(action.pk, 3).done == 3  # runs one batch, and is killed: no heartbeat, no outcome
+    Job.objects.filter(pk=jobs[0].pk).update(status=JobStatus.DEAD)  # requeued, ran, died again since
+    assert wait_until(lambda: Job.objects.reap(), message="the lease to expire") == [action.job_id]
+    worker_thread({"default": 1})
+    wait_until(lambda: BulkAction.objects.get().state == "done", message="the re-run to finish")
+    action.refresh_from_db()
+    assert (action.done, action.skipped) == (10, 0)
+    assert statuses(jobs[1:]) == {JobStatus.PENDING}
+    assert statuses(jobs[:1]) == {JobStatus.DEAD}  # behind the cursor: not requeued a second time
+    job = wait_until(lambda: Job.objects.filter(pk=action.job_id, status=JobStatus.DONE).first())
+    assert job.attempts == 2  # the lost run, then the one that finished
+
+
 @pytest.mark.p1
 def test_select_all_delete_and_the_jobs_enqueued_after_the_confirmation(admin_client):
     dead = [dead_job(exc="KeyError") for _ in range(3)]
     kept = dead_job(exc="ValueError")
-    page = select_all(admin_client, DEAD + "?exception=KeyError", "delete_selected")
+    url = DEAD + "?exception=KeyError&_facets=True&o=-1"  # "show counts" and the sort select nothing
+    page = select_all(admin_client, url, "delete_selected")
     assert "Delete 3 jobs?" in page.content.decode()
     later = dead_job(exc="KeyError")  # enqueued (and dead) after the operator saw the count
-    select_all(admin_client, DEAD + "?exception=KeyError", "delete_selected", confirm=confirmation(page))
+    select_all(admin_client, url, "delete_selected", confirm=confirmation(page))
     action = BulkAction.objects.get()
     run_to_the_end(action, 500)
     assert not Job.objects.filter(pk__in=[j.pk for j in dead]).exists()
