@@ -47,7 +47,7 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 NOTES: dict[str, str] = {
     BulkAction.Kind.REQUEUE: "DEAD and CANCELLED jobs go back to PENDING with their attempts reset; their error "
-    "history is kept. A job that holds no longer such a status, or whose dedupe key another job holds, "
+    "history is kept. A job no longer in such a status, or whose dedupe key another job holds, "
     "is left as it is.",
     BulkAction.Kind.CANCEL: "PENDING and WAITING jobs end CANCELLED at once; RUNNING ones are asked to stop and "
     "end CANCELLED when their run ends. Finished jobs are left as they are.",
