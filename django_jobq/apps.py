@@ -11,6 +11,7 @@ class JobqConfig(AppConfig):
         from django.db.backends.signals import connection_created
 
         from . import checks  # noqa: F401  (registers the system checks)
+        from .console import bulk  # noqa: F401  (registers the task django_jobq.admin_bulk)
         from .sql.sqlite.setup import on_connection_created
 
         # WAL and a busy timeout on every new connection of a SQLite queue database.

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .exceptions import ConfigurationError
+from . import validation
+from .exceptions import ConfigurationError, JobqError
 from .fairness import FairOptions
 
 DAY = 24 * 3600
@@ -205,6 +206,9 @@ class JobqSettings:
     metrics_token: str | None = None  # the bearer token of METRICS_VIEW = "token" (at least 16 characters)
     metrics_cache_seconds: float = 5  # the database's figures are read at most this often per process
     metrics_timeout_seconds: float = 5  # a scrape waits at most this long for the database's figures
+    bulk_queue: str = "default"  # the queue of the console's bulk actions (task django_jobq.admin_bulk)
+    bulk_batch: int = 500  # jobs a bulk action changes per batch (one short transaction each)
+    bulk_requeue_spread_seconds: float = 300  # a bulk requeue spreads its jobs' run_at over this long
 
     def caps(self) -> dict[str, int]:
         """Queue name -> MAX_RUNNING, for the capped queues."""
@@ -297,6 +301,7 @@ class JobqSettings:
                     f'JOBQ["{name.upper()}"] must be a printable name of 1 to 63 bytes (used as given, case kept)'
                 )
         self._check_metrics()
+        self._check_bulk()
         if self.done_channel == self.notify_channel:
             raise ConfigurationError('JOBQ["DONE_CHANNEL"] must differ from JOBQ["NOTIFY_CHANNEL"]')
         self._check_connections()
@@ -320,6 +325,20 @@ class JobqSettings:
         if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0.1 <= seconds <= 60:
             raise ConfigurationError(
                 'JOBQ["METRICS_TIMEOUT_SECONDS"] must be a number of seconds in [0.1, 60]'
+            )
+
+    def _check_bulk(self) -> None:
+        try:
+            validation.queue(self.bulk_queue)
+        except JobqError as exc:
+            raise ConfigurationError(f'JOBQ["BULK_QUEUE"]: {exc}') from None
+        batch = self.bulk_batch
+        if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 10_000:
+            raise ConfigurationError('JOBQ["BULK_BATCH"] must be an integer in [1, 10000]')
+        spread = self.bulk_requeue_spread_seconds
+        if not isinstance(spread, int | float) or isinstance(spread, bool) or not 0 <= spread <= DAY:
+            raise ConfigurationError(
+                'JOBQ["BULK_REQUEUE_SPREAD_SECONDS"] must be a number of seconds in [0, 86400]'
             )
 
     def _check_connections(self) -> None:

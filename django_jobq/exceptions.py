@@ -39,6 +39,10 @@ class BatchAnswerInvalid(JobqError):
     of the call fails."""
 
 
+class BadSelection(InvalidJob):
+    """A console filter (a query string) a bulk action cannot rebuild exactly; nothing was done."""
+
+
 class DependencyNotFound(InvalidJob):
     """depends_on names a job that does not exist in the queue's database; nothing was written."""
 

@@ -6,13 +6,22 @@ guarded delete that never removes a RUNNING job; each is allowed by its own perm
 the admin log with what it actually changed.
 
 One module per page: jobs (the list; job_page, a job's page), requeue, dead letters, dashboard, workers,
-schedules, workflows (read-only, with "Cancel workflow").
+schedules, workflows (read-only, with "Cancel workflow"), bulk actions; actions.py confirms every list
+action with the exact count of jobs it changes, and runs "select all matching" as a bulk action.
 """
 
+from .bulk_actions import BulkActionAdmin
 from .dead_letters import DeadJobAdmin
 from .jobs import JobAdmin
 from .schedules import ScheduleAdmin
 from .workers import WorkerRecordAdmin
 from .workflows import WorkflowAdmin
 
-__all__ = ["DeadJobAdmin", "JobAdmin", "ScheduleAdmin", "WorkerRecordAdmin", "WorkflowAdmin"]
+__all__ = [
+    "BulkActionAdmin",
+    "DeadJobAdmin",
+    "JobAdmin",
+    "ScheduleAdmin",
+    "WorkerRecordAdmin",
+    "WorkflowAdmin",
+]

@@ -1,11 +1,11 @@
-"""Cancelling from the admin: the job list's "cancel" action and the Cancel button of a job's page
-(``<id>/cancel/``). PENDING and WAITING jobs end CANCELLED, RUNNING ones are asked to stop, through the
+"""Cancelling from the admin: the job list's "cancel" action (confirmed, actions.py) and the Cancel
+button of a job's page (``<id>/cancel/``). PENDING and WAITING jobs end CANCELLED, RUNNING ones are asked to stop, through the
 manager's guarded statement (Job.objects.cancel_many); both need django_jobq.cancel_job and are logged."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE
@@ -15,15 +15,10 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.urls import reverse
 
 from ..conf import jobq_settings
-from ..managers.control import MAX_CANCEL_IDS
-from ..models import Job
+from ..models import BulkAction, Job
 from ..status import ACTIVE
-from .common import OnQueueDatabase, log
-
-if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
-    _JobModelAdmin = admin.ModelAdmin[Job]
-else:  # reads and writes on JOBQ["DATABASE"]
-    _JobModelAdmin = OnQueueDatabase
+from .actions import ConfirmedActions
+from .common import log
 
 
 def cancellable(job: Job) -> bool:
@@ -31,18 +26,13 @@ def cancellable(job: Job) -> bool:
     return job.status in ACTIVE and job.cancel_requested_at is None
 
 
-class CancelActions(_JobModelAdmin):
+class CancelActions(ConfirmedActions):
     def has_cancel_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("django_jobq.cancel_job")
 
     @admin.action(permissions=["cancel"], description="Cancel selected jobs (running ones are asked to stop)")
-    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        ids = list(queryset.filter(status__in=ACTIVE).values_list("pk", flat=True)[: MAX_CANCEL_IDS + 1])
-        if len(ids) > MAX_CANCEL_IDS:
-            self.message_user(request, f"Select at most {MAX_CANCEL_IDS} pending or running jobs at once; "
-                              "nothing was cancelled.", messages.ERROR)  # fmt: skip
-            return
-        self._cancel(request, ids)
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        return self.confirm_action(request, queryset, BulkAction.Kind.CANCEL)
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST (the Cancel button of a job's page): cancel that job, as the list's action does; back to

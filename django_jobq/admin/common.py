@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import django
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -65,6 +66,28 @@ def log(request: HttpRequest, jobs: Iterable[models.Model], flag: int, message: 
     assert user_id is not None  # admin views require a logged-in staff user
     LogEntry.objects.log_actions(
         user_id=user_id, queryset=list(jobs), action_flag=flag, change_message=message
+    )
+
+
+def log_action(
+    request: HttpRequest,
+    *,
+    model: type[models.Model],
+    object_id: Any,
+    object_repr: str,
+    flag: int,
+    message: str,
+) -> None:
+    """Record one admin log entry for an action over many rows (``object_id`` None) or one."""
+    user_id = request.user.pk
+    assert user_id is not None  # admin views require a logged-in staff user
+    LogEntry.objects.create(
+        user_id=user_id,
+        content_type=ContentType.objects.get_for_model(model),
+        object_id=None if object_id is None else str(object_id),
+        object_repr=object_repr[:200],
+        action_flag=flag,
+        change_message=message,
     )
 
 

@@ -17,7 +17,9 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from ..conf import jobq_settings
-from ..models import Job
+from ..console.search import HELP as SEARCH_HELP
+from ..console.search import TAG_PREFIX, BadSearch, search, window_note, workflow_id
+from ..models import BulkAction, Job
 from ..sql import engine_of
 from ..status import JobStatus
 from .cancelling import CancelActions, cancellable
@@ -45,8 +47,6 @@ from .listing import (
 )
 from .queues import queue_state_view
 from .requeue import RequeueActions
-from .search import HELP as SEARCH_HELP
-from .search import TAG_PREFIX, BadSearch, search, window_note, workflow_id
 
 
 class WorkflowFilter(admin.SimpleListFilter):
@@ -271,7 +271,7 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
         context["jobq_cancel"] = bool(obj is not None and cancellable(obj) and context.get("jobq_can_cancel"))
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    # -- delete: Django's confirmation page, the guarded statement underneath -------------------------------
+    # -- delete: a job's page uses Django's confirmation page, the guarded statement underneath -------------------------------
     def get_deleted_objects(
         self, objs: Iterable[Any], request: HttpRequest
     ) -> tuple[list[str], dict[str, int], set[str], list[str]]:
@@ -284,8 +284,10 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         self._delete(request, [obj.pk])
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._delete(request, list(queryset.values_list("pk", flat=True)))
+    @admin.action(permissions=["delete"], description="Delete selected jobs")
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        """The list's delete: the confirmed action (actions.py), not Django's page listing every job."""
+        return self.confirm_action(request, queryset, BulkAction.Kind.DELETE)
 
     def _delete(self, request: HttpRequest, ids: list[int]) -> None:
         connection = connections[jobq_settings().database]

@@ -23,6 +23,7 @@ from django.utils.functional import cached_property
 
 from .. import dashboard
 from ..conf import jobq_settings
+from ..console.search import NARROW_STATUSES as NARROW_STATUSES  # the job list's search
 from ..registry import registered_tasks
 from ..status import CANCELLED, DEAD, DONE, FINISHED, PENDING, RUNNING, WAITING
 from .common import console_alias, per_request
@@ -52,12 +53,6 @@ SORTS: dict[int | None, tuple[str, ...]] = {
     DEAD: ("run_at_display", "finished_cell"),
     CANCELLED: ("run_at_display", "finished_cell"),
 }
-
-
-# The statuses whose jobs are few enough to be searched whole (a search no index serves reads them all,
-# through the status's partial index); for the others (PENDING: the backlog, DONE: the history) and
-# without a status, such a search reads the newest search.WINDOW jobs only.
-NARROW_STATUSES = (RUNNING, WAITING, DEAD, CANCELLED)
 
 
 def status_filter(request: HttpRequest) -> int | None:
@@ -105,7 +100,11 @@ class _NameFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        return queryset if value is None else queryset.filter(**{str(self.parameter_name): value})
+        if value is None:
+            return queryset
+        if "\x00" in value:  # no job has such a name (and PostgreSQL refuses the byte in a query)
+            return queryset.none()
+        return queryset.filter(**{str(self.parameter_name): value})
 
 
 class QueueFilter(_NameFilter):
@@ -135,11 +134,16 @@ class BoundedChangeList(ChangeList):
 def bounded_count(queryset: QuerySet[Any]) -> int:
     """How many rows ``queryset`` has, counted up to ESTIMATE_COUNT_ABOVE + 1 within COUNT_BUDGET_MS
     (PostgreSQL); past either, the planner's estimate (never below what was counted)."""
+    return counted(queryset)[0]
+
+
+def counted(queryset: QuerySet[Any]) -> tuple[int, bool]:
+    """bounded_count's figure, and whether it is exact (counted) rather than the planner's estimate."""
     limited = queryset.order_by()[: ESTIMATE_COUNT_ABOVE + 1]
     connection = connections[queryset.db]
     if connection.vendor != "postgresql":
-        counted = limited.count()
-        return counted if counted <= ESTIMATE_COUNT_ABOVE else _estimate(queryset, counted)
+        total = limited.count()  # SQLite keeps no estimate: past the bound, the whole count
+        return (total if total <= ESTIMATE_COUNT_ABOVE else _estimate(queryset, total)), True
     try:
         with transaction.atomic(using=queryset.db), connection.cursor() as cursor:
             # Local to this transaction (or savepoint), and put back before it ends: an enclosing
@@ -149,11 +153,11 @@ def bounded_count(queryset: QuerySet[Any]) -> int:
                 [f"{COUNT_BUDGET_MS}ms"],
             )
             (before, _) = cursor.fetchone() or ("0", None)
-            counted = limited.count()
+            total = limited.count()
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
     except OperationalError:  # over budget (query_canceled)
-        return _estimate(queryset, 0)
-    return counted if counted <= ESTIMATE_COUNT_ABOVE else _estimate(queryset, counted)
+        return _estimate(queryset, 0), False
+    return (total, True) if total <= ESTIMATE_COUNT_ABOVE else (_estimate(queryset, total), False)
 
 
 def _estimate(queryset: QuerySet[Any], counted: int) -> int:
@@ -165,14 +169,19 @@ def _estimate(queryset: QuerySet[Any], counted: int) -> int:
 
 class BoundedPaginator(_Paginator):
     """bounded_count's total, and at most MAX_PAGES pages: a deeper page is refused (the list shows its
-    first page again), the last page link is MAX_PAGES."""
+    first page again), the last page link is MAX_PAGES. ``estimated``: the total is not an exact count
+    (the list's "select all" then offers no number: an action counts its selection exactly)."""
+
+    estimated = False
 
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
         if not isinstance(queryset, QuerySet):
             return super().count
-        return bounded_count(queryset)
+        total, exact = counted(queryset)
+        self.estimated = not exact
+        return total
 
     @cached_property
     def num_pages(self) -> int:

@@ -1,15 +1,14 @@
-"""The requeue page and actions: DEAD (and CANCELLED) jobs back to PENDING through the manager's
-guarded statement."""
+"""The requeue actions (confirmed, actions.py) and one job's requeue page: DEAD (and CANCELLED) jobs
+back to PENDING through the manager's guarded statement."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import CHANGE
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -20,14 +19,10 @@ from django.utils import timezone
 from django.utils.text import capfirst
 
 from ..conf import jobq_settings
-from ..models import Job
+from ..models import BulkAction, Job
 from ..status import JobStatus
-from .common import OnQueueDatabase, breadcrumbs, log
-
-if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
-    _JobModelAdmin = admin.ModelAdmin[Job]
-else:  # reads and writes on JOBQ["DATABASE"]
-    _JobModelAdmin = OnQueueDatabase
+from .actions import ConfirmedActions
+from .common import breadcrumbs, log
 
 
 class RequeueForm(forms.Form):
@@ -49,24 +44,20 @@ class RequeueForm(forms.Form):
         self.fields["run_at"].help_text = f"Empty: now. In {zone} time."
 
 
-class RequeueActions(_JobModelAdmin):
+class RequeueActions(ConfirmedActions):
     """The "requeue" actions of a job list, and the one-job requeue page (``<id>/requeue/``)."""
 
     def has_requeue_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("django_jobq.requeue_job")
 
     @admin.action(permissions=["requeue"], description="Requeue selected dead jobs now")
-    def requeue_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._requeue(request, self._selected_ids(request, queryset))
+    def requeue_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        return self.confirm_action(request, queryset, BulkAction.Kind.REQUEUE)
 
     @admin.action(permissions=["requeue"], description="Requeue selected dead jobs at a time / priority…")
     def requeue_with_options(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
-        form = RequeueForm(request.POST if "apply" in request.POST else None)
-        if form.is_valid():
-            self._requeue(request, self._selected_ids(request, queryset), **form.cleaned_data)
-            return None  # back to the list
-        jobs = list(queryset[:100])
-        return self._requeue_page(request, form, jobs, selected=request.POST.getlist(ACTION_CHECKBOX_NAME))
+        form = RequeueForm(request.POST if request.POST.get("post") == "yes" else None)
+        return self.confirm_action(request, queryset, BulkAction.Kind.REQUEUE, form=form)
 
     def requeue_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """One job's requeue: GET shows the form, POST requeues (if it is still DEAD)."""
@@ -85,13 +76,7 @@ class RequeueActions(_JobModelAdmin):
             self.message_user(
                 request, f"{job} is neither DEAD nor CANCELLED: only those can be requeued.", messages.WARNING
             )
-        return self._requeue_page(request, form, [job], selected=None)
-
-    def _selected_ids(self, request: HttpRequest, queryset: QuerySet[Any]) -> list[int]:
-        if request.POST.get("select_across") == "1":  # "select all N": only the dead ones, by the dead index
-            finished = (JobStatus.DEAD, JobStatus.CANCELLED)
-            return list(queryset.filter(status__in=finished).values_list("pk", flat=True))
-        return list(queryset.values_list("pk", flat=True))
+        return self._requeue_page(request, form, job)
 
     def _requeue(
         self,
@@ -123,32 +108,25 @@ class RequeueActions(_JobModelAdmin):
             )
         return done
 
-    def _requeue_page(
-        self, request: HttpRequest, form: RequeueForm, jobs: list[Job], selected: list[str] | None
-    ) -> TemplateResponse:
+    def _requeue_page(self, request: HttpRequest, form: RequeueForm, job: Job) -> TemplateResponse:
         opts = self.opts
-        crumbs: list[tuple[str, str | None]] = [
-            (
-                str(opts.app_config.verbose_name),
-                reverse("admin:app_list", kwargs={"app_label": opts.app_label}),
-            ),
-            (
-                str(capfirst(opts.verbose_name_plural)),
-                reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
-            ),
-        ]
-        if selected is None:  # one job's page: back to that job
-            url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[jobs[0].pk])
-            crumbs.append((str(jobs[0]), url))
         context = {
             **self.admin_site.each_context(request),
-            **breadcrumbs(*crumbs, ("Requeue", None)),
+            **breadcrumbs(
+                (
+                    str(opts.app_config.verbose_name),
+                    reverse("admin:app_list", kwargs={"app_label": opts.app_label}),
+                ),
+                (
+                    str(capfirst(opts.verbose_name_plural)),
+                    reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
+                ),
+                (str(job), reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[job.pk])),
+                ("Requeue", None),
+            ),
             "title": "Requeue dead jobs",
             "opts": self.opts,
             "form": form,
-            "jobs": jobs,
-            "selected": selected,  # None: the one-job page (posts to itself)
-            "select_across": request.POST.get("select_across", "0"),
-            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            "jobs": [job],
         }
         return TemplateResponse(request, "admin/django_jobq/requeue.html", context)

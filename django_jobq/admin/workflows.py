@@ -20,13 +20,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
+from ..console.search import WORKFLOW_PREFIX
 from ..exceptions import JobqError
 from ..models import Dependency, Job, Workflow
 from ..status import FINISHED, JobStatus
 from ..workflows import Workflow as WorkflowHandle
 from ..workflows import WorkflowStatus
 from .common import OnQueueDatabase, breadcrumbs, loaded_from, log, time_cell
-from .search import WORKFLOW_PREFIX
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _WorkflowModelAdmin = admin.ModelAdmin[Workflow]

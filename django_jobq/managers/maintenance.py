@@ -38,18 +38,25 @@ class MaintenanceManager(BaseJobManager):
         return bool(self.requeue_many([job_id], run_at=run_at, priority=priority))
 
     def requeue_many(
-        self, job_ids: Sequence[int], *, run_at: dt.datetime | None = None, priority: int | None = None
+        self,
+        job_ids: Sequence[int],
+        *,
+        run_at: dt.datetime | None = None,
+        priority: int | None = None,
+        spread: float = 0,
     ) -> list[int]:
         """requeue for many jobs in one statement; the ids requeued. Of several jobs sharing a dedupe
         key only one is requeued (the key's holder, else the newest); the others, and jobs whose key
-        another job holds, stay DEAD. Workers waiting for work on the queues of the jobs due now are
-        woken, as by an enqueue (on commit)."""
+        another job holds, stay DEAD. ``spread`` seconds: each job's run_at is that of the call plus a
+        random share of it. Workers waiting for work on the queues of the jobs due now are woken, as
+        by an enqueue (on commit)."""
         ids = [validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids]
         params = self._notify_params(
             {
                 "ids": ids,
                 "run_at": None if run_at is None else validation.aware(run_at, "run_at"),
                 "priority": None if priority is None else validation.priority(priority),
+                "spread": validation.seconds(spread, "spread"),
             }
         )
         try:

@@ -20,7 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from django_jobq.models import Job, JobStatus, Schedule, ScheduleSource, ScheduleTick, WorkerRecord
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_until
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -259,8 +259,10 @@ def test_requeue_a_dead_letter_in_a_real_browser(live_server, django_user_model,
             page.check(f"input[name=_selected_action][value='{job.pk}']")
             page.select_option("select[name=action]", "requeue_selected")
             page.click("button[name=index]")
+            assert "Requeue 1 job?" in page.inner_text("h1")  # the confirmation, with the exact count
+            page.click("input[type=submit][value='Yes, requeue 1 job']")
             page.wait_for_selector(".messagelist")
-            assert "Requeued 1 dead job(s)." in page.inner_text(".messagelist")
+            assert "Requeued 1 job(s)." in page.inner_text(".messagelist")
             assert page.locator(f"input[name=_selected_action][value='{job.pk}']").count() == 0
 
             page.goto(f"{live_server.url}/admin/django_jobq/job/{job.pk}/change/")
@@ -310,6 +312,8 @@ def test_cancel_a_tenants_jobs_and_pause_their_queue_in_a_real_browser(
             page.check("#action-toggle")
             page.select_option("select[name=action]", "cancel_selected")
             page.click("button[name=index]")
+            assert "Cancel 3 jobs?" in page.inner_text("h1")  # the cancelled one is not counted
+            page.click("input[type=submit][value='Yes, cancel 3 jobs']")
             page.wait_for_selector(".messagelist")
             assert "Cancelled 2 pending job(s); asked 1 running job(s) to stop." in page.inner_text(
                 ".messagelist"
@@ -378,6 +382,7 @@ PAGES = {
     "workflows": "/admin/django_jobq/workflow/",
     "workflow": "/admin/django_jobq/workflow/{workflow}/change/",
     "job_waiting": "/admin/django_jobq/job/{waiting}/change/",
+    "bulk_actions": "/admin/django_jobq/bulkaction/",
 }
 
 # The page's layout, measured in the browser: the breadcrumbs' style against the admin's own variables,
@@ -464,6 +469,81 @@ def layout_problems(name: str, layout: dict) -> list[str]:
     if layout["scrollers"]:
         problems.append(f"these scroll sideways: {layout['scrollers']}")
     return problems
+
+
+def test_select_all_runs_a_bulk_action_in_the_background_and_one_can_be_stopped(
+    live_server, django_user_model, settings, worker_thread
+):
+    """Dead letters of a queue, all of them (more than a page): the confirmation counts them exactly,
+    the requeue runs as a job of the console's queue in batches; a bulk cancel is stopped from the bulk
+    actions' page before it ran, and changes nothing."""
+    from django_jobq.models import BulkAction
+
+    settings.JOBQ = {**settings.JOBQ, "BULK_QUEUE": "console", "BULK_BATCH": 20}
+    django_user_model.objects.create_superuser("oncall", "oncall@example.com", "correct horse")
+    seed()
+    now = timezone.now()
+    Job.objects.bulk_create(
+        Job(task="shop.send_receipt", queue="emails", status=JobStatus.DEAD, attempts=3, max_attempts=3,
+            payload={"order": 1000 + i}, last_error=TRACEBACK, exception="smtplib.SMTPServerDisconnected",
+            finished_at=now)
+        for i in range(60)
+    )  # fmt: skip
+    Job.objects.bulk_create(
+        Job(task="shop.export_report", queue="reports", payload={"tenant": 5, "report": i}) for i in range(60)
+    )
+    dead = set(Job.objects.filter(queue="emails", status=JobStatus.DEAD).values_list("pk", flat=True))
+    reports = dict(Job.objects.filter(queue="reports").values_list("pk", "status"))
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+            page.fill("#id_username", "oncall")
+            page.fill("#id_password", "correct horse")
+            page.click("input[type=submit]")
+            page.wait_for_url("**/admin/")
+            page.goto(f"{live_server.url}/admin/django_jobq/deadjob/?queue=emails")
+            page.check("#action-toggle")
+            page.click(".actions .question a")  # "Select all 63 dead letters"
+            page.select_option("select[name=action]", "requeue_selected")
+            page.click("button[name=index]")
+            assert f"Requeue {len(dead)} jobs?" in page.inner_text("h1")
+            assert "batches of 20 jobs" in page.inner_text("#content-main")
+            page.click(f"input[type=submit][value='Yes, requeue {len(dead)} jobs']")
+            page.wait_for_selector(".messagelist")
+            assert f"Bulk requeue of {len(dead)} job(s) started" in page.inner_text(".messagelist")
+            page.click(".messagelist a:text('its progress')")
+            assert "running: 0 changed" in page.inner_text("#content-main")
+
+            page.goto(f"{live_server.url}/admin/django_jobq/job/?queue=reports")
+            page.check("#action-toggle")
+            page.click(".actions .question a")  # every job of the queue, more than a page
+            page.select_option("select[name=action]", "cancel_selected")
+            page.click("button[name=index]")
+            page.click("input[type=submit][value^='Yes, cancel']")
+            page.wait_for_selector(".messagelist")
+            page.goto(f"{live_server.url}/admin/django_jobq/bulkaction/?action=cancel")
+            page.check("#action-toggle")
+            page.select_option("select[name=action]", "stop_selected")
+            page.click("button[name=index]")
+            page.wait_for_selector(".messagelist")
+            assert "Asked 1 bulk action(s) to stop" in page.inner_text(".messagelist")
+            assert "(stop requested)" in page.inner_text("#result_list")
+        finally:
+            browser.close()
+
+    worker_thread({"console": 1})  # the console's queue, served by a real worker
+    wait_until(
+        lambda: not BulkAction.objects.filter(state="running").exists(), message="both bulk actions to end"
+    )
+    requeue, cancel = BulkAction.objects.order_by("id")
+    assert (requeue.state, requeue.done, cancel.state, cancel.done) == ("done", len(dead), "cancelled", 0)
+    assert set(Job.objects.filter(pk__in=dead).values_list("status", flat=True)) == {JobStatus.PENDING}
+    assert dict(Job.objects.filter(queue="reports").values_list("pk", "status")) == reports
+    assert LogEntry.objects.filter(user__username="oncall").count() == 2  # one per action
 
 
 def test_every_admin_page_reads_well_at_1400px(live_server, django_user_model, settings):

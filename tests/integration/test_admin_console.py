@@ -9,7 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobq.admin import listing, search
+from django_jobq.admin import listing
+from django_jobq.console import search
 from django_jobq.models import Job
 from tests.integration.conftest import dead_job, make_job, running_job
 

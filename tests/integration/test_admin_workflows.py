@@ -144,7 +144,7 @@ def test_the_job_list_filters_by_workflow_and_a_job_page_shows_its_edges(admin_c
 @pytest.mark.p1
 def test_the_job_list_cancel_action_cancels_waiting_jobs(admin_client):
     _, ids = _order()
-    admin_client.post(JOBS, {"action": "cancel_selected", "_selected_action": ids[1:]})
+    admin_client.post(JOBS, {"action": "cancel_selected", "_selected_action": ids[1:], "post": "yes"})
     assert Job.objects.filter(pk__in=ids[1:], status=JobStatus.CANCELLED).count() == 3
 
 

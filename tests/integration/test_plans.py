@@ -431,7 +431,7 @@ def test_the_dead_letters_filters_read_the_dead_index_only(wide_history):
 def test_a_numeric_search_is_one_probe_of_the_primary_key(wide_history):
     """The job list's search for "123456": the job of that id, on the primary key, however long the
     table; its page of results and its count alike."""
-    from django_jobq.admin.search import search
+    from django_jobq.console.search import search
 
     wanted = Job.objects.filter(status=JobStatus.DONE).order_by("id").values_list("id", flat=True)[1000]
     found, cut = search(Job.objects.order_by("-id"), str(wanted))

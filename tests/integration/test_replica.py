@@ -133,11 +133,11 @@ def test_an_action_selects_and_writes_on_the_primary_never_the_replicas_older_ro
     replica.pause_replay()
     assert Job.objects.requeue(dead.pk)  # PENDING on the primary; the standby still has it DEAD
     replica.wait_for_receipt()
+    form = {"action": "cancel_selected", "_selected_action": [dead.pk]}
     with jobq_statements("default") as primary, jobq_statements(ALIAS) as standby:
-        response = admin_client.post(
-            reverse("admin:django_jobq_job_changelist"),
-            {"action": "cancel_selected", "_selected_action": [dead.pk]},
-        )
+        asked = admin_client.post(reverse("admin:django_jobq_job_changelist"), form)
+        response = admin_client.post(reverse("admin:django_jobq_job_changelist"), {**form, "post": "yes"})
+    assert asked.status_code == 200 and b"1 job" in asked.content  # the confirmation counts on the primary
     assert response.status_code == 302
     # The selection (status in PENDING, RUNNING, WAITING) ran on the primary, where the job is PENDING:
     # on the standby's DEAD row it would have selected nothing.

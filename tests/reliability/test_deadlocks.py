@@ -130,7 +130,7 @@ def test_everything_at_once_meets_no_deadlock_and_leaves_nothing_stuck(processes
         ids = pick(dead, 50)
         if ids:
             response = clients["requeue"].post(
-                CHANGELIST, {"action": "requeue_selected", "_selected_action": ids}
+                CHANGELIST, {"action": "requeue_selected", "_selected_action": ids, "post": "yes"}
             )
             assert response.status_code == 302, response.status_code
 

@@ -275,7 +275,8 @@ WHERE h.dedupe_key = ANY(ARRAY(
 # key only one is requeued (the holder, else the newest), so the unique index never refuses the
 # statement as a whole; it still guards the race with a concurrent enqueue (the caller retries job by
 # job then). A job requeued to run now notifies its queue as an enqueue does (wake), so an idle worker
-# takes it at once; one requeued to a later run_at wakes nobody.
+# takes it at once; one requeued to a later run_at wakes nobody. %(spread)s (seconds, 0: none) adds to
+# each job's run_at its own random share of that interval, so a bulk requeue's jobs are not all due at once.
 REQUEUE = f"""
 WITH chosen AS MATERIALIZED (
     SELECT DISTINCT ON (j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END) j.id
@@ -286,7 +287,8 @@ WITH chosen AS MATERIALIZED (
     ORDER BY j.dedupe_key, CASE WHEN j.dedupe_key IS NULL THEN j.id END, j.key_released, j.id DESC
 )
 UPDATE jobq_job AS j
-SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s::timestamptz, {NOW}),
+SET status = {PENDING}, attempts = 0, releases = 0,
+    run_at = COALESCE(%(run_at)s::timestamptz, {NOW}) + make_interval(secs => %(spread)s::float8 * random()),
     priority = COALESCE(%(priority)s, j.priority), worker_id = NULL, lease_until = NULL,
     started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = false,
     cancel_requested_at = NULL, cancelled_by = NULL

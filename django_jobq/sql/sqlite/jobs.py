@@ -253,7 +253,10 @@ WITH chosen AS (
     ) WHERE n = 1
 )
 UPDATE jobq_job
-SET status = {PENDING}, attempts = 0, releases = 0, run_at = COALESCE(%(run_at)s, {NOW}),
+SET status = {PENDING}, attempts = 0, releases = 0,
+    run_at = CASE WHEN %(spread)s > 0
+                  THEN {plus(f"COALESCE(%(run_at)s, {NOW})", "%(spread)s * (abs(random() %% 1000000) / 1000000.0)")}
+                  ELSE COALESCE(%(run_at)s, {NOW}) END,
     priority = COALESCE(%(priority)s, priority), worker_id = NULL, lease_until = NULL,
     started_at = NULL, finished_at = NULL, result = NULL, progress = NULL, key_released = 0,
     cancel_requested_at = NULL, cancelled_by = NULL

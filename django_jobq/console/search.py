@@ -21,14 +21,18 @@ from django.db.models.fields.json import KeyTransform
 
 from .. import validation
 from ..exceptions import JobqError
+from ..status import CANCELLED, DEAD, RUNNING, WAITING
 
 TAG_PREFIX = "tag:"
 WORKFLOW_PREFIX = "workflow:"
 KEY_PREFIX = "key:"
 QUEUE_PREFIX = "queue:"
 TASK_PREFIX = "task:"
-# A search no index serves reads at most the newest this many jobs, unless a status narrows it.
+# A search no index serves reads at most the newest this many jobs, unless a status narrows it: one of
+# these, whose jobs are few enough to be searched whole through the status's partial index (PENDING is
+# the backlog, DONE the history).
 WINDOW = 100_000
+NARROW_STATUSES = (RUNNING, WAITING, DEAD, CANCELLED)
 HELP = (
     'A job id (a number); "key:KEY" for the job holding a dedupe key; "tag:NAME" for the jobs carrying a tag; '
     '"workflow:ID" for the jobs of a workflow; "queue:NAME" or "task:NAME" for the jobs of a queue or task; '
