@@ -165,3 +165,27 @@ def test_the_busiest_keys_are_shown_with_their_oldest_wait(fair):
         (QUEUE, "calm", 3, False),
     ]
     assert found[1].wait > 3600 > found[0].wait
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_fair_claims_take_each_job_once_and_charge_each_key_for_exactly_its_jobs(fair):
+    from tests.contract.racing import race
+
+    try:
+        for key in "abcde":
+            backlog(key, 20)
+
+        def drain(i: int) -> list[int]:
+            mine: list[int] = []
+            while jobs := Job.objects.claim_batch(f"thread-{i}", 3, queues=[QUEUE]):
+                mine += [j.id for j in jobs]
+            return mine
+
+        taken = [job_id for ids in race(4, drain) for job_id in ids]
+        assert len(taken) == 100 and len(set(taken)) == 100
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT key, vtime FROM jobq_fair_key WHERE queue = %s", [QUEUE])
+            assert sorted(cursor.fetchall()) == [(key, 20.0) for key in "abcde"]
+    finally:
+        with connection.cursor() as cursor:  # not a model: the flush after this test leaves its rows
+            cursor.execute("DELETE FROM jobq_fair_key")

@@ -107,7 +107,8 @@ EXCEPTION_CLASS = "jobq_exception_class(%(expressions)s)"
 
 # fair_keys: as on PostgreSQL, a fair queue's keys with the most due jobs (%(top)s of them), counted
 # from the fair index reading at most %(scan)s entries (partial: a lower bound), and each one's oldest
-# PENDING job (text, as run_at is stored), one probe of the fair index per lane of jobq_fair_key.
+# PENDING job (text, as run_at is stored): one probe of the fair index per lane the key has in
+# jobq_fair_key (found by reading the queue's rows there: their count is the queue's keys x lanes).
 FAIR_KEYS = f"""
 WITH due AS MATERIALIZED (
     SELECT fairness_key FROM jobq_job
