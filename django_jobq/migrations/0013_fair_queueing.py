@@ -1,5 +1,5 @@
 # Fair queueing (JOBQ["QUEUES"][q]["FAIR"]): a job's fairness_key, the index a fair claim walks per key,
-# and, on PostgreSQL, the per-key state the claim reads instead of the backlog.
+# and the per-key state the claim reads instead of the backlog.
 #
 # jobq_fair_key: one row per (queue, priority, key) that may have PENDING jobs, with the key's virtual
 # time (vtime: jobs started / weight, advanced by each claim that takes the key's jobs). A fair claim
@@ -18,6 +18,13 @@
 #
 # The trigger's loop is the standard insert-or-lock: the lock finds the row, or the insert creates
 # it, or (a concurrent insert committed, or a prune deleted it) the next turn does.
+#
+# On SQLite the same table and two triggers of the same conditions, each inserting the key's row
+# unless it exists. No lock protocol is needed: SQLite has one writer at a time (a write statement
+# holds the database's write lock, the queue's multi-step statements run under BEGIN IMMEDIATE), so
+# no claim, prune or enqueue runs between a trigger's check and its insert. A migration that later
+# rebuilds jobq_job on SQLite (Django copies the table to alter it) drops these triggers and must
+# create them again.
 
 from typing import Any
 
@@ -62,6 +69,39 @@ WHEN (NEW.fairness_key IS NOT NULL AND NEW.status = {PENDING} AND (
     OR OLD.fairness_key IS DISTINCT FROM NEW.fairness_key))
 EXECUTE FUNCTION jobq_fair_enter();
 """
+_SQLITE_ENTER = f"""
+BEGIN
+    INSERT INTO jobq_fair_key (queue, priority, key, vtime)
+    SELECT NEW.queue, NEW.priority, NEW.fairness_key, COALESCE((
+        SELECT min(f.vtime) FROM jobq_fair_key AS f WHERE f.queue = NEW.queue AND f.priority = NEW.priority), 0)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM jobq_fair_key AS f
+        WHERE f.queue = NEW.queue AND f.priority = NEW.priority AND f.key = NEW.fairness_key);
+END"""
+SQLITE = (
+    """CREATE TABLE jobq_fair_key (
+    queue text NOT NULL,
+    priority smallint NOT NULL,
+    key text NOT NULL,
+    vtime real NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, priority, key)
+) WITHOUT ROWID""",
+    "CREATE INDEX jobq_fair_key_round ON jobq_fair_key (queue, priority, vtime, key)",
+    f"""CREATE TRIGGER jobq_job_fair_insert AFTER INSERT ON jobq_job FOR EACH ROW
+WHEN NEW.fairness_key IS NOT NULL AND NEW.status = {PENDING}
+{_SQLITE_ENTER}""",
+    f"""CREATE TRIGGER jobq_job_fair_update AFTER UPDATE OF status, queue, priority, fairness_key ON jobq_job
+FOR EACH ROW
+WHEN NEW.fairness_key IS NOT NULL AND NEW.status = {PENDING} AND (
+    OLD.status <> {PENDING} OR OLD.queue <> NEW.queue OR OLD.priority <> NEW.priority
+    OR OLD.fairness_key IS NOT NEW.fairness_key)
+{_SQLITE_ENTER}""",
+)
+SQLITE_UNDO = (
+    "DROP TRIGGER IF EXISTS jobq_job_fair_update",
+    "DROP TRIGGER IF EXISTS jobq_job_fair_insert",
+    "DROP TABLE IF EXISTS jobq_fair_key",
+)
 POSTGRES_UNDO = """
 DROP TRIGGER IF EXISTS jobq_job_fair_update ON jobq_job;
 DROP TRIGGER IF EXISTS jobq_job_fair_insert ON jobq_job;
@@ -71,13 +111,15 @@ DROP TABLE IF EXISTS jobq_fair_key;
 
 
 def create(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(POSTGRES, params=None)
+    for statement in {"postgresql": (POSTGRES,), "sqlite": SQLITE}.get(schema_editor.connection.vendor, ()):
+        schema_editor.execute(statement, params=None)
 
 
 def drop(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(POSTGRES_UNDO, params=None)
+    for statement in {"postgresql": (POSTGRES_UNDO,), "sqlite": SQLITE_UNDO}.get(
+        schema_editor.connection.vendor, ()
+    ):
+        schema_editor.execute(statement, params=None)
 
 
 class Migration(migrations.Migration):

@@ -43,5 +43,5 @@ POSTGRESQL = Capabilities(
 
 SQLITE = Capabilities(
     engine="sqlite", listen_notify=False, many_hosts=False, queue_caps=False, max_depth=False,
-    task_caps=False, rate_limits=False, wait_for=False, scheduler=True, fair_queues=False,
+    task_caps=False, rate_limits=False, wait_for=False, scheduler=True, fair_queues=True,
 )  # fmt: skip

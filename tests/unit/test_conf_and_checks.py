@@ -129,8 +129,8 @@ def test_check_names_each_feature_the_sqlite_engine_lacks(settings, monkeypatch)
     from django.db import connections
 
     monkeypatch.setattr(connections["default"], "vendor", "sqlite")
-    ids = _ids(settings, {"QUEUES": {"emails": {"MAX_RUNNING": 2}}})
-    # MAX_RUNNING, and each feature of the test app's capped and rate-limited tasks; DEFERRED
+    ids = _ids(settings, {"QUEUES": {"emails": {"MAX_RUNNING": 2}, "tenants": {"FAIR": True}}})
+    # MAX_RUNNING (FAIR is not refused: SQLite has fair queues), and each feature of the test app's capped and rate-limited tasks; DEFERRED
     # transactions warned about
     from django_jobq.registry import registered_tasks
 

@@ -105,4 +105,25 @@ REPLICA_LAG = "SELECT 0, NULL"
 # a function django-jobq registers on the queue's SQLite connections (sqlite_setup).
 EXCEPTION_CLASS = "jobq_exception_class(%(expressions)s)"
 
-FAIR_KEYS = Unsupported("fair_queues", 'JOBQ["QUEUES"][...]["FAIR"]')
+# fair_keys: as on PostgreSQL, a fair queue's keys with the most due jobs (%(top)s of them), counted
+# from the fair index reading at most %(scan)s entries (partial: a lower bound), and each one's oldest
+# PENDING job (text, as run_at is stored): one probe of the fair index per lane the key has in
+# jobq_fair_key (found by reading the queue's rows there: their count is the queue's keys x lanes).
+FAIR_KEYS = f"""
+WITH due AS MATERIALIZED (
+    SELECT fairness_key FROM jobq_job
+    WHERE status = {PENDING} AND queue = %(queue)s AND fairness_key IS NOT NULL AND run_at <= {NOW}
+    LIMIT %(scan)s
+), top AS (
+    SELECT fairness_key AS key, count(*) AS due FROM due
+    GROUP BY fairness_key ORDER BY count(*) DESC, fairness_key LIMIT %(top)s
+)
+SELECT t.key, t.due, (
+           SELECT min((SELECT j.run_at FROM jobq_job AS j
+                       WHERE j.status = {PENDING} AND j.queue = f.queue AND j.fairness_key = f.key
+                         AND j.priority = f.priority
+                       ORDER BY j.run_at LIMIT 1))
+           FROM jobq_fair_key AS f WHERE f.queue = %(queue)s AND f.key = t.key) AS oldest,
+       (SELECT count(*) FROM due) >= %(scan)s AS partial
+FROM top AS t ORDER BY t.due DESC, t.key
+"""
