@@ -20,6 +20,9 @@ FAIR_OPTIONS = ("WEIGHTS", "DEFAULT_WEIGHT", "WEIGHTS_FROM")
 MIN_WEIGHT, MAX_WEIGHT = 0.001, 1000.0
 MAX_WEIGHTED_KEYS = 10_000  # keys with a weight of their own, per queue (sent with each claim)
 WEIGHTS_FROM_SECONDS = 30.0  # a WEIGHTS_FROM callable is asked again at most this often per process
+# The key of the jobs enqueued into a fair queue without one: they share one turn of the round. Blank,
+# so no job's own key (validation.fairness_key refuses blank ones) is ever it.
+UNKEYED = ""
 TOP_KEYS = 10  # the busiest keys per fair queue shown (dashboard, jobq_stats) and exported (metrics)
 SCAN_LIMIT = 100_000  # due jobs read per fair queue for those figures; beyond, the counts are lower bounds
 
@@ -53,6 +56,11 @@ class FairOptions:
             default_weight=weight(raw.get("DEFAULT_WEIGHT", 1.0), f'{where}["DEFAULT_WEIGHT"]'),
             weights_from=source,
         )
+
+
+def key_for(queue: str, key: str | None, fair: Mapping[str, FairOptions]) -> str | None:
+    """The fairness key a job of ``queue`` is stored with: its own; UNKEYED in a fair queue; else none."""
+    return UNKEYED if key is None and queue in fair else key
 
 
 def weight(value: Any, where: str) -> float:

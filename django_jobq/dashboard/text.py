@@ -61,7 +61,14 @@ def format_table(snap: Snapshot) -> str:
         out.append("")
         keys = [("fair queue", "key", "due", "oldest wait")]
         for k in snap.fair:
-            keys.append((k.queue, k.key, f"{k.due}+" if k.partial else str(k.due), format_duration(k.wait)))
+            keys.append(
+                (
+                    k.queue,
+                    k.key or "(no key)",
+                    f"{k.due}+" if k.partial else str(k.due),
+                    format_duration(k.wait),
+                )
+            )
         out += _columns(keys)
     if snap.table is not None:
         out.append(format_upkeep(snap))

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import tracing, validation
+from .. import fairness, tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import DependencyFailed, DependencyNotFound, InvalidJob, WorkflowTooLarge
 from ..status import CANCELLED, DEAD, FINISHED
@@ -154,6 +154,7 @@ class GraphManager(BulkProducerManager):
             waiting = Counter(dependent for dependent, _, resolved in edges if not resolved)
             dependents = {dependency for _, dependency, _ in edges}
             conf = jobq_settings()
+            fair = conf.fair_queues()
             params = {
                 key: [row[key] for row in rows]
                 for key in ("task", "queue", "payload", "priority", "run_at", "max_attempts",
@@ -169,6 +170,7 @@ class GraphManager(BulkProducerManager):
                     "waiting_ons": [waiting[i] for i in ids],
                     "has_dependents": [i in dependents for i in ids],
                     "dependency_failures": params["dependency_failure"],
+                    "fairness_keys": [fairness.key_for(q, None, fair) for q in params["queue"]],
                     "workflow_id": workflow_id, "trace_context": tracing.carrier(),
                     "notify": conf.notify, "channel": conf.notify_channel,
                 },

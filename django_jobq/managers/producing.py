@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from django.utils import timezone
 
-from .. import tracing, validation
+from .. import fairness, tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
@@ -138,7 +138,9 @@ class ProducerManager(BaseJobManager):
         params["dedupe_done"], params["dedupe_dead"] = self._windows(task, key, dedupe_done, dedupe_dead)
         params["concurrency_key"] = validation.concurrency_key(concurrency_key)
         params["tags"] = validation.tags_json(tags)
-        params["fairness_key"] = validation.fairness_key(fairness_key)
+        params["fairness_key"] = fairness.key_for(
+            queue, validation.fairness_key(fairness_key), conf.fair_queues()
+        )
         params["trace_context"] = tracing.carrier()
         params["notify"], params["channel"] = conf.notify, conf.notify_channel
         return params

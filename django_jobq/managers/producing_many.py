@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import tracing, validation
+from .. import fairness, tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
 from ..sql.engine import NewRow
@@ -89,6 +89,7 @@ class BulkProducerManager(ProducerManager):
         added to ``queues``. InvalidJob names the job's index."""
         options: dict[tuple[Any, ...], tuple[str, str, int, int]] = {}  # most jobs share their options
         trace_context = tracing.carrier()  # the batch's enqueue: one context for all its jobs
+        fair = jobq_settings().fair_queues()
         for index, job in enumerate(jobs):
             try:
                 if not isinstance(job, NewJob):
@@ -110,7 +111,7 @@ class BulkProducerManager(ProducerManager):
                     None if job.concurrency_key is None else validation.concurrency_key(job.concurrency_key)
                 )
                 tags = None if job.tags is None else validation.tags_json(job.tags)
-                fairness_key = validation.fairness_key(job.fairness_key)
+                fairness_key = fairness.key_for(queue, validation.fairness_key(job.fairness_key), fair)
             except InvalidJob as exc:
                 raise type(exc)(f"job {index}: {exc}") from None
             yield NewRow(

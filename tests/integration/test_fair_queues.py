@@ -260,3 +260,24 @@ def test_a_capped_fair_queue_with_capped_tasks_keeps_both_caps(fair):
     assert len(jobs) == 1
     _, more = Job.objects.complete_and_claim("w1", [], 4, QUEUE)
     assert more == []  # the queue's cap is reached
+
+
+def test_jobs_enqueued_without_a_key_share_one_turn_of_the_round(fair):
+    from django_jobq.workflows import chain
+    from tests.testapp import tasks
+
+    backlog("noisy", 500)
+    alone = Job.objects.enqueue("test.noop", queue=QUEUE)
+    many = Job.objects.enqueue_many([NewJob("test.noop", queue=QUEUE)])
+    flow = chain(tasks.noop.using(queue=QUEUE).s(), tasks.noop.using(queue=QUEUE).s()).enqueue()
+    unkeyed = {alone, *many, flow.job_ids[0]}
+    assert set(Job.objects.filter(id__in=unkeyed).values_list("fairness_key", flat=True)) == {""}
+    taken: list[int] = []
+    for _ in range(6):  # the unkeyed jobs take one turn each round against the noisy key
+        taken += [j.id for j in Job.objects.claim_batch("w1", 1, queues=[QUEUE])]
+    assert unkeyed <= set(taken)
+
+
+def test_an_unfair_queue_stores_no_key_for_jobs_without_one(fair):
+    job = Job.objects.enqueue("test.noop", queue="elsewhere")
+    assert Job.objects.get(id=job).fairness_key is None

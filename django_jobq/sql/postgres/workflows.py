@@ -43,17 +43,18 @@ INSERT_NODES = f"""
 WITH job AS (
     INSERT INTO jobq_job (id, task, queue, payload, status, priority, run_at, attempts, max_attempts,
                           fence, releases, error_count, concurrency_key, tags, trace_context, errors,
-                          created_at, workflow_id, waiting_on, has_dependents, dependency_failure)
+                          created_at, workflow_id, waiting_on, has_dependents, dependency_failure,
+                          fairness_key)
     SELECT u.id, u.task, u.queue, u.payload::jsonb, CASE WHEN u.waiting_on > 0 THEN {WAITING} ELSE {PENDING} END,
            u.priority, COALESCE(u.run_at, {NOW}), 0, u.max_attempts, 0, 0, 0, u.concurrency_key,
            u.tags::jsonb, %(trace_context)s::jsonb, '[]'::jsonb, {NOW}, %(workflow_id)s::bigint,
-           u.waiting_on, u.has_dependents, u.dependency_failure
+           u.waiting_on, u.has_dependents, u.dependency_failure, u.fairness_key
     FROM unnest(%(ids)b::bigint[], %(tasks)b::text[], %(queues)b::text[], %(payloads)b::text[],
                 %(priorities)b::smallint[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
                 %(concurrency_keys)b::text[], %(tags)b::text[], %(waiting_ons)b::int[],
-                %(has_dependents)b::bool[], %(dependency_failures)b::text[])
+                %(has_dependents)b::bool[], %(dependency_failures)b::text[], %(fairness_keys)b::text[])
          AS u(id, task, queue, payload, priority, run_at, max_attempts, concurrency_key, tags, waiting_on,
-              has_dependents, dependency_failure)
+              has_dependents, dependency_failure, fairness_key)
     RETURNING id, queue, run_at, status
 ), woken AS (
     SELECT {wake("queue")} FROM (SELECT DISTINCT queue FROM job WHERE status = {PENDING} AND run_at <= {NOW}) AS q

@@ -28,7 +28,7 @@ RETURNING (WITH RECURSIVE n(i) AS (SELECT seq - %(count)s + 1 UNION ALL SELECT i
 INSERT_WORKFLOW = f"INSERT INTO jobq_workflow (name, created_at) VALUES (%(name)s, {NOW}) RETURNING id"
 
 _ARRAYS = ("ids", "tasks", "queues", "payloads", "priorities", "run_ats", "max_attempts", "concurrency_keys",
-           "tags", "waiting_ons", "has_dependents", "dependency_failures")  # fmt: skip
+           "tags", "waiting_ons", "has_dependents", "dependency_failures", "fairness_keys")  # fmt: skip
 _LISTS = "WITH " + ",\n".join(
     f"a{n} AS MATERIALIZED (SELECT key, value FROM json_each(%({name})s))" for n, name in enumerate(_ARRAYS)
 )
@@ -38,10 +38,10 @@ _JOINS = "a0 " + " ".join(f"JOIN a{n} ON a{n}.key = a0.key" for n in range(1, le
 INSERT_NODES = f"""{_LISTS}
 INSERT INTO jobq_job (id, task, queue, payload, status, priority, run_at, attempts, max_attempts, fence,
                       releases, error_count, concurrency_key, tags, trace_context, errors, created_at,
-                      workflow_id, waiting_on, has_dependents, dependency_failure)
+                      workflow_id, waiting_on, has_dependents, dependency_failure, fairness_key)
 SELECT a0.value, a1.value, a2.value, a3.value, CASE WHEN a9.value > 0 THEN {WAITING} ELSE {PENDING} END,
        a4.value, COALESCE(a5.value, {NOW}), 0, a6.value, 0, 0, 0, a7.value, a8.value, %(trace_context)s,
-       '[]', {NOW}, %(workflow_id)s, a9.value, a10.value, a11.value
+       '[]', {NOW}, %(workflow_id)s, a9.value, a10.value, a11.value, a12.value
 FROM {_JOINS} WHERE true ORDER BY a0.key
 """
 
