@@ -14,8 +14,8 @@ from asgiref.sync import sync_to_async
 from . import registry, validation
 from .backoff import RetryPolicy
 from .batches import Batch
-from .conf import rate_setting
 from .exceptions import ConfigurationError, InvalidJob, JobFailed, PayloadMismatch
+from .options import rate_setting
 from .registry import capped_tasks, close_task_names, find_task, get_task, registered_tasks
 from .status import JobStatus
 from .workflows.compose import Signature

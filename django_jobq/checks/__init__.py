@@ -9,9 +9,10 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections, router
 from django.utils.module_loading import import_string
 
-from ..conf import JobqSettings, ScheduleOptions, jobq_settings, listen_target
+from ..conf import JobqSettings, jobq_settings, listen_target
 from ..exceptions import ConfigurationError, JobqError
 from ..models import Job
+from ..options import ScheduleOptions
 from ..registry import get_task
 from ..replica import read_alias
 from .engine import engine_problems, engine_setup_problems

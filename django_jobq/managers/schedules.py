@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from ..conf import ScheduleOptions
+from ..options import ScheduleOptions
 from .base import BaseJobManager
 
 

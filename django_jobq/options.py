@@ -1,0 +1,117 @@
+"""The entries of JOBQ["QUEUES"] (flow control, fairness) and JOBQ["SCHEDULES"], each checked into a
+frozen dataclass (django_jobq.conf reads the JOBQ setting with them)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .exceptions import ConfigurationError
+from .fairness import FairOptions
+
+QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING", "RATE_LIMIT", "FAIR")  # the keys a JOBQ["QUEUES"] entry may have
+SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueOptions:
+    """One entry of JOBQ["QUEUES"]: flow control for one queue."""
+
+    max_running: int | None = None  # jobs RUNNING at once across every worker; None: no cap
+    max_depth: int | None = (
+        None  # PENDING + RUNNING jobs beyond which enqueue raises QueueFull; None: no limit
+    )
+    rate_limit: tuple[int, float] | None = None  # (jobs, seconds): starts allowed across every worker
+    fair: FairOptions | None = None  # served round-robin by fairness key (django_jobq.fairness)
+
+    @classmethod
+    def parse(cls, name: Any, raw: Any) -> QueueOptions:
+        where = f'JOBQ["QUEUES"][{name!r}]'
+        if not isinstance(name, str) or not name or name != name.strip() or name == "*" or "\x00" in name:
+            raise ConfigurationError(f"{where}: a queue name must be a non-empty string (not '*')")
+        if not isinstance(raw, dict):
+            raise ConfigurationError(f"{where} must be a dict of {', '.join(QUEUE_OPTIONS)}")
+        unknown = sorted(str(key) for key in raw if key not in QUEUE_OPTIONS)
+        if unknown:
+            raise ConfigurationError(f"{where}: unknown option(s) {', '.join(unknown)}")
+        for key, top in {"MAX_RUNNING": 1_000_000, "MAX_DEPTH": 1 << 40}.items():
+            value = raw.get(key)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top
+            ):
+                raise ConfigurationError(
+                    f'{where}["{key}"] must be an integer in [1, {top}], not {value!r:.100}'
+                )
+        rate = raw.get("RATE_LIMIT")
+        return cls(
+            max_running=raw.get("MAX_RUNNING"),
+            max_depth=raw.get("MAX_DEPTH"),
+            rate_limit=None if rate is None else rate_setting(rate, f'{where}["RATE_LIMIT"]'),
+            fair=FairOptions.parse(raw.get("FAIR"), f'{where}["FAIR"]'),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleOptions:
+    """One entry of JOBQ["SCHEDULES"], checked except for its task (the registry fills later: the
+    system check jobq.E006 looks the task up)."""
+
+    name: str
+    task: str
+    cron: str | None = None  # a 5-field cron expression, normalised; or
+    at: str | None = None  # a daily "HH:MM" time, normalised
+    timezone: str | None = None  # IANA name; None: JOBQ["TIMEZONE"], then settings.TIME_ZONE
+    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
+    queue: str | None = None  # None: the task's queue
+    priority: int | None = None  # None: the task's priority
+    missed: str = "skip"  # "skip", "latest" or "backfill:N"
+    enabled: bool = True
+
+    @classmethod
+    def parse(cls, name: Any, raw: Any, max_payload_bytes: int) -> ScheduleOptions:
+        from . import cron, ticks, validation
+        from .exceptions import InvalidJob
+
+        where = f'JOBQ["SCHEDULES"][{name!r:.120}]'
+        try:
+            ticks.validate_name(name)
+            if not isinstance(raw, dict):
+                raise InvalidJob(f"must be a dict of {', '.join(SCHEDULE_OPTIONS)}")
+            unknown = sorted(str(key) for key in raw if key not in SCHEDULE_OPTIONS)
+            if unknown:
+                raise InvalidJob(f"unknown option(s) {', '.join(unknown)}")
+            if ("CRON" in raw) == ("AT" in raw):
+                raise InvalidJob('give exactly one of "CRON" (a cron expression) and "AT" ("HH:MM")')
+            spec = ticks.validate_at(raw["AT"]) if "AT" in raw else ticks.validate_cron(raw["CRON"])
+            zone = raw.get("TIMEZONE")
+            payload = raw.get("PAYLOAD", {})
+            validation.payload_json(payload, max_payload_bytes)
+            queue, priority = raw.get("QUEUE"), raw.get("PRIORITY")
+            enabled = raw.get("ENABLED", True)
+            if not isinstance(enabled, bool):
+                raise InvalidJob(f'"ENABLED" must be True or False, not {enabled!r:.100}')
+            return cls(
+                name=name,
+                task=validation.name(raw.get("TASK"), "TASK"),
+                cron=None if "AT" in raw else spec,
+                at=spec if "AT" in raw else None,
+                timezone=None if zone is None else cron.validate_timezone(zone),
+                payload=payload,
+                queue=None if queue is None else validation.queue(queue),
+                priority=None if priority is None else validation.priority(priority),
+                missed=ticks.parse_missed(raw.get("MISSED", "skip")).text,
+                enabled=enabled,
+            )
+        except InvalidJob as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
+
+
+def rate_setting(text: Any, where: str) -> tuple[int, float]:
+    """A rate limit string ("100/m") as (count, seconds); ConfigurationError when it is not one."""
+    from .exceptions import InvalidJob
+    from .validation import parse_rate
+
+    try:
+        return parse_rate(text)
+    except InvalidJob as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
