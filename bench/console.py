@@ -93,6 +93,12 @@ def pages(job_id: int, last_page: int) -> dict[str, str]:
         "last page": f"{jobs}?p={last_page}",
         "dead letters": dead,
         "dead by exception": f"{dead}?exception=KeyError",
+        "dashboard": f"{jobs}dashboard/",
+        "job page": f"{jobs}{job_id}/change/",
+        "workers": "/admin/django_jobq/workerrecord/",
+        "workflows": "/admin/django_jobq/workflow/",
+        "schedules": "/admin/django_jobq/schedule/",
+        "bulk actions": "/admin/django_jobq/bulkaction/",
     }
 
 

@@ -292,7 +292,9 @@ def dead_letter_query(using: str | None = None) -> models.QuerySet[Any, Any]:
         Job.objects.using(using or read_alias())
         .filter(status=JobStatus.DEAD)
         .values("task", "exception")
-        .annotate(jobs=models.Count("id"), last_finished_at=models.Max("finished_at"))
+        # count(*), not count(id): every column read is in jobq_job_dead (finished_at included), so an
+        # index-only scan answers it without a visit to the dead jobs' rows
+        .annotate(jobs=models.Count("*"), last_finished_at=models.Max("finished_at"))
         .order_by("-jobs", "task", "exception")
     )
 

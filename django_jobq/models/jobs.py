@@ -152,6 +152,7 @@ class Job(models.Model):
             models.Index(
                 fields=["queue", "task", "exception"],
                 condition=models.Q(status=JobStatus.DEAD),
+                include=["finished_at"],  # the groups' last death, read from the index alone
                 name="jobq_job_dead",
             ),
             # cancelled jobs: the admin's list of them, newest first, and their counts per queue
