@@ -11,7 +11,12 @@ from django_jobq.sql.postgres import fairness
 from tests.conftest import plan_nodes
 from tests.integration.test_plans import assert_sorts_at_most, pages, rows_read, run
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.p1, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.p1,
+    pytest.mark.django_db(transaction=True),
+]
 
 WEIGHTS = {"fair_keys": ["tenant-1", "tenant-2"], "fair_weights": [2.0, 4.0], "fair_weight": 1.0}
 CLAIM = {"worker_id": "w", "lease": 30, "queue": "default", "queues": None, **WEIGHTS}
@@ -81,7 +86,9 @@ def claims(*, large: bool) -> dict[tuple[str, int, bool], int]:
                 assert_sorts_at_most(plan, limit * limit if large else max(limit * limit, 100))
                 # Each of at most ``limit`` keys gives at most ``limit`` jobs: never the backlog.
                 assert rows_read(plan) <= 3 * limit * limit + 100, (where, rows_read(plan))
-                indexes = {n.get("Index Name") for n in plan_nodes(plan) if n.get("Relation Name") == "jobq_job"}
+                indexes = {
+                    n.get("Index Name") for n in plan_nodes(plan) if n.get("Relation Name") == "jobq_job"
+                }
                 assert "jobq_job_fair" in indexes, (where, indexes)
                 assert pages(plan) < 200 + 6 * limit * limit, (where, pages(plan))
                 read[(name, limit, generic)] = pages(plan)
