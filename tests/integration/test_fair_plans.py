@@ -82,8 +82,8 @@ def claims(*, large: bool) -> dict[tuple[str, int, bool], int]:
                 where = (name, limit, "generic" if generic else "custom")
                 assert plan["Actual Rows"] == limit, (where, plan["Actual Rows"])
                 assert_no_table_scan(plan, keys_too=large)
-                # A claim sorts at most the jobs of the keys it reads (at 100 keys, the keys themselves)
-                assert_sorts_at_most(plan, limit * limit if large else max(limit * limit, 100))
+                # A claim sorts at most the jobs of the keys it reads, never the keys nor the backlog.
+                assert_sorts_at_most(plan, limit * limit)
                 # Each of at most ``limit`` keys gives at most ``limit`` jobs: never the backlog.
                 assert rows_read(plan) <= 3 * limit * limit + 100, (where, rows_read(plan))
                 indexes = {
