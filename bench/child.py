@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import common, memory
+from bench import common, fairness, memory
 from bench.ratedrain import rate_drain
 from bench.systems import SYSTEMS, System
 from bench.systems.jobq import Jobq
@@ -133,6 +133,7 @@ def _analyze(conn: Any) -> None:
 def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """W2/W5/W6: idle workers; ``jobs`` jobs committed at once; seconds until all are finished.
 
+    fair drain: ``fair_keys``, the jobs spread over that many fairness keys (a fair queue).
     W5 variants (django-jobq): ``history`` rows DONE in the table beforehand (VACUUM ANALYZE'd), or a
     ``backlog`` of PENDING jobs committed together with the measured ones (the first ``jobs`` to finish
     are timed, so the backlog stays in the table throughout)."""
@@ -161,7 +162,10 @@ def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
                 return n - system.remaining(poll)
 
         for _ in range(REFILLS):
-            if not backlog:
+            if p.get("fair_keys"):  # fair drain: the jobs spread over keys, in one commit
+                fairness.enqueue_fair(n, p["fair_keys"], kind)
+                _analyze(poll)
+            elif not backlog:
                 system.enqueue_batch(n, kind)
                 # Fresh statistics, as autovacuum keeps them on a live queue table: without them some
                 # systems' fetch queries plan badly on a table that was empty a moment ago. Jobs the
@@ -257,6 +261,7 @@ OPS = {
     "ceiling": ceiling,
     "rate_limit": rate_limit,
     "rate_drain": rate_drain,
+    "fair_claim": fairness.fair_claim,
 }
 
 

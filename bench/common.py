@@ -123,6 +123,10 @@ class Sizes:
     deadline: float = 8.0  # seconds a throughput measurement may take at most
     producers: int = 8  # W7: enqueueing processes
     producer_seconds: float = 4.0  # W7: how long each enqueues
+    fair_drain_keys: int = 1_000  # fair drain: W2 c4's jobs over this many fairness keys
+    fair_backlogs: tuple[int, ...] = (25_000, 100_000, 1_000_000)  # fair claim: due jobs queued
+    fair_claim_keys: int = 10_000  # fair claim: over this many keys
+    fair_claims: int = 2_000  # fair claim: claim_batch calls timed per backlog
 
 
 FULL = Sizes()
@@ -140,6 +144,10 @@ QUICK = Sizes(
     rl_seconds=0.5,
     rl_drain_jobs=600,
     producer_seconds=0.5,
+    fair_drain_keys=50,
+    fair_backlogs=(2_000, 5_000),
+    fair_claim_keys=100,
+    fair_claims=50,
 )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import RL_DRAIN_RATE, Sizes
+from bench.fairness import CLAIM_BATCH, FAIR
 from bench.systems import System
 
 
@@ -257,7 +258,35 @@ def workloads(s: Sizes) -> list[Workload]:
                 skip_reason="measures django-jobq's rate-limited claims",
             )
         )
+    # Fair queues: W2 c4 with its jobs spread over keys, and the claim's latency as the backlog grows.
+    backlogs = ", ".join(f"{b:,}" for b in s.fair_backlogs)
+    out += [
+        Workload(
+            key="fair drain",
+            group="FQ",
+            title=f"W2 c4 in a fair queue (FAIR: True), the jobs over {s.fair_drain_keys:,} keys, jobs/s",
+            op="drain",
+            params={**drain, "concurrency": 4, "fair_keys": s.fair_drain_keys, "jobq": FAIR},
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's fair queues",
+        ),
+        Workload(
+            key="fair claim p99",
+            group="FQ",
+            title=f"claim_batch({CLAIM_BATCH}) of a fair queue, {s.fair_claims:,} calls one after another, "
+            f"with {backlogs} due jobs over {s.fair_claim_keys:,} keys, p99 ms",
+            op="fair_claim",
+            params={
+                "backlogs": list(s.fair_backlogs),
+                "keys": s.fair_claim_keys,
+                "claims": s.fair_claims,
+                "jobq": FAIR,
+            },
+            applies=lambda cls: cls.name == "jobq",
+            skip_reason="measures django-jobq's fair queues",
+        ),
+    ]
     return out
 
 
-GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "FC", "RL")
+GROUPS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "FC", "RL", "FQ")

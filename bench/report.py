@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from bench.common import RL_DRAIN_RATE, Sizes, summary
+from bench.fairness import label
 from bench.plan import Workload
 from bench.systems import PEERS, SYSTEMS
 
@@ -40,6 +41,8 @@ def rows(plan: list[Workload]) -> list[Row]:
                 Row(w.key, w.key, "rate", "jobs/s"),
                 Row(f"{w.key} claims", w.key, "claims_per_run", CLAIMS),
             ]
+        elif w.op == "fair_claim":
+            out += [Row(f"{w.key} {label(b)}", w.key, f"p99_{label(b)}", "ms") for b in w.params["backlogs"]]
         elif w.op != "install":
             out.append(Row(w.key, w.key, "rate", "calls/s" if w.op == "rate_limit" else "jobs/s"))
     return out + memory_rows(plan)
@@ -161,7 +164,7 @@ def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, fl
         batch = ceiling_batch(int(w[4:]), sizes)
         value = _median(results, f"W4 b{batch}", CEILING)
         return (f"W4 batch {batch}", value) if value else None
-    if w.startswith("W5"):
+    if w.startswith("W5") or w == "fair drain":
         value = _median(results, "W2 c4", JOBQ)
         return ("django-jobq W2 c4", value) if value else None
     if w.startswith("RL c") and w != "RL c1":
@@ -261,6 +264,15 @@ TARGETS: tuple[Target, ...] = (
     _ratio("W5 backlog >= 0.9x W2 c4", _f("W5 backlog"), _f("W2 c4"), 0.9),
     _ratio("W5 history >= 0.9x W2 c4", _f("W5 history"), _f("W2 c4"), 0.9),
     _ratio("W5 history 10M >= 0.85x W2 c4", _f("W5 history 10M"), _f("W2 c4"), 0.85),
+    _ratio("fair drain (1,000 keys) >= 0.9x W2 c4", _f("fair drain"), _f("W2 c4"), 0.9),
+    # Flat: the claim's p99 with a 1,000,000-job backlog within 2x of its p99 with 25,000.
+    _ratio(
+        "fair claim p99 at 1M <= 2x at 25k",
+        _f("fair claim p99", field="p99_1M"),
+        _f("fair claim p99", field="p99_25k"),
+        2.0,
+        "<=",
+    ),
     # RL drain (task): a rate-limited drain keeps up with its limit, and claims each job about once.
     *(
         target

@@ -7,7 +7,8 @@ n-th job of this claim starts at vtime + n / weight, and the claim takes the job
 After the claim, each key it took from moves on by (jobs taken) / weight. So a key with a million due
 jobs and a key with one alternate, and a key of weight 2 starts twice as many jobs as one of weight 1.
 
-Cost: the claim reads the lane's keys in vtime order (jobq_fair_key_round) and, for each, its first
+Cost: the claim walks the lane's keys in vtime order (jobq_fair_key_round, one index probe per key:
+a recursive walk, so that no plan reads and sorts every key's row) and, for each, its first
 due jobs (jobq_job_fair: queue, fairness_key, priority, run_at, id; PENDING with a key), locking them
 FOR UPDATE SKIP LOCKED as it reads: at most %(limit)s keys and %(limit)s jobs of each, whatever the
 backlog. Keys with only future jobs in the lane are read past (one index probe each). The jobs locked
@@ -50,7 +51,8 @@ def _weight(key: str) -> str:
 def _fair(queue: str, limit: str = _LIMIT, rows: str = "", columns: str = _COLUMNS) -> str:
     """The fair selection of one queue (as postgres_pick._due: ``limit``, ``rows``, ``columns``).
     lanes: the queue's priority values (a skip scan of the claim index, as _due); lane: the lowest
-    with a due job. heads: each key's first due job, keys in vtime order, until ``limit`` keys gave
+    with a due job. keys: the lane's keys in (vtime, key) order, one probe of jobq_fair_key_round
+    each, as many as heads asks for. heads: each key's first due job, until ``limit`` keys gave
     one. more: each of those keys' next due jobs (at most ``limit`` - 1), their start n / weight
     after the key's vtime. fair: the ``limit`` that start first."""
     also = f" AND {rows}" if rows else ""
@@ -71,14 +73,22 @@ def _fair(queue: str, limit: str = _LIMIT, rows: str = "", columns: str = _COLUM
             SELECT 1 FROM jobq_job
             WHERE status = {PENDING} AND queue = {queue} AND priority = l.priority AND {_DUE_NOW})
         LIMIT 1
-    ), heads AS MATERIALIZED (
-        SELECT k.key, k.vtime, h.* FROM lane
+    ), keys(priority, key, vtime) AS (
+        (SELECT f.priority, f.key, f.vtime FROM lane
+         CROSS JOIN LATERAL (
+            SELECT f.priority, f.key, f.vtime FROM jobq_fair_key AS f
+            WHERE f.queue = {queue} AND f.priority = lane.priority ORDER BY f.vtime, f.key LIMIT 1) AS f)
+        UNION ALL
+        SELECT n.priority, n.key, n.vtime FROM keys AS k
         CROSS JOIN LATERAL (
-            SELECT f.key, f.vtime FROM jobq_fair_key AS f
-            WHERE f.queue = {queue} AND f.priority = lane.priority ORDER BY f.vtime, f.key) AS k
+            SELECT f.priority, f.key, f.vtime FROM jobq_fair_key AS f
+            WHERE f.queue = {queue} AND f.priority = k.priority AND (f.vtime, f.key) > (k.vtime, k.key)
+            ORDER BY f.vtime, f.key LIMIT 1) AS n
+    ), heads AS MATERIALIZED (
+        SELECT k.key, k.vtime, h.* FROM keys AS k
         CROSS JOIN LATERAL (
             SELECT {columns} FROM jobq_job
-            WHERE status = {PENDING} AND queue = {queue} AND fairness_key = k.key AND priority = lane.priority
+            WHERE status = {PENDING} AND queue = {queue} AND fairness_key = k.key AND priority = k.priority
               AND {_DUE_NOW}{also}
             ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS h
         LIMIT {limit}
