@@ -93,8 +93,14 @@ def pages(job_id: int, last_page: int) -> dict[str, str]:
         "last page": f"{jobs}?p={last_page}",
         "dead letters": dead,
         "dead by exception": f"{dead}?exception=KeyError",
-        "dashboard": f"{jobs}dashboard/",
-        "job page": f"{jobs}{job_id}/change/",
+    }
+
+
+def other_pages(job_id: int) -> dict[str, str]:
+    """The console's pages besides the lists of jobs (their statements are the engine's own)."""
+    return {
+        "dashboard": "/admin/django_jobq/job/dashboard/",
+        "job page": f"/admin/django_jobq/job/{job_id}/change/",
         "workers": "/admin/django_jobq/workerrecord/",
         "workflows": "/admin/django_jobq/workflow/",
         "schedules": "/admin/django_jobq/schedule/",
@@ -121,7 +127,7 @@ def measure(runs: int, only: list[str]) -> None:
         cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'jobq_job'")
         (rows,) = cursor.fetchone()
     last = max(1, rows // 50 - 5)
-    for name, url in pages(newest - 1000, last).items():
+    for name, url in {**pages(newest - 1000, last), **other_pages(newest - 1000)}.items():
         if only and name not in only:
             continue
         times, status = [], 0

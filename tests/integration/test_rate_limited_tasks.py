@@ -260,7 +260,10 @@ def test_a_task_rate_limit_holds_across_two_workers_claiming_each_job_once():
             worker.wait(timeout=60)
     starts = list(Execution.objects.values_list("ran_at", flat=True))
     assert len(starts) == 25 and most_in_any_second(starts) <= 5 + 5  # the rate, plus a full bucket
-    assert sum(Job.objects.filter(id__in=ids).values_list("fence", flat=True)) / 25 <= 1.1
+    # Claims per job: about one. A claim that found no permit and gave its job back (the fault this
+    # guards against) costs a claim each time, ten a job and more; a job claimed ahead and given back
+    # unstarted when the run before it passed 50 ms on a loaded machine costs one now and then.
+    assert sum(Job.objects.filter(id__in=ids).values_list("fence", flat=True)) / 25 <= 1.5
 
 
 def test_jobs_claimed_with_their_task_permits_spend_one_each(worker_thread):
