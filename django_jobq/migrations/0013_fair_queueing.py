@@ -39,7 +39,7 @@ CREATE TABLE jobq_fair_key (
     priority smallint NOT NULL,
     key text NOT NULL,
     vtime double precision NOT NULL DEFAULT 0,
-    PRIMARY KEY (queue, priority, key)
+    PRIMARY KEY (queue, key, priority)
 );
 CREATE INDEX jobq_fair_key_round ON jobq_fair_key (queue, priority, vtime, key);
 ALTER TABLE jobq_fair_key SET (autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000);
@@ -84,7 +84,7 @@ SQLITE = (
     priority smallint NOT NULL,
     key text NOT NULL,
     vtime real NOT NULL DEFAULT 0,
-    PRIMARY KEY (queue, priority, key)
+    PRIMARY KEY (queue, key, priority)
 ) WITHOUT ROWID""",
     "CREATE INDEX jobq_fair_key_round ON jobq_fair_key (queue, priority, vtime, key)",
     f"""CREATE TRIGGER jobq_job_fair_insert AFTER INSERT ON jobq_job FOR EACH ROW

@@ -10,8 +10,8 @@ jobs and a key with one alternate, and a key of weight 2 starts twice as many jo
 Cost: the claim walks the lane's keys in vtime order (jobq_fair_key_round, one index probe per key:
 a recursive walk, so that no plan reads and sorts every key's row) and, for each, its first
 due jobs (jobq_job_fair: queue, fairness_key, priority, run_at, id; PENDING with a key), locking them
-FOR UPDATE SKIP LOCKED as it reads: at most %(limit)s keys and %(limit)s jobs of each, whatever the
-backlog. Keys with only future jobs in the lane are read past (one index probe each). The jobs locked
+FOR UPDATE SKIP LOCKED as it reads: at most %(limit)s keys, and more jobs of each only while fewer keys
+than %(limit)s have due jobs (then at most %(limit)s - 1 more of each), whatever the backlog. Keys with only future jobs in the lane are read past (one index probe each). The jobs locked
 but not taken (the other keys' later jobs) are skipped by a concurrent claim until this one commits,
 as for a claim over several queues.
 
@@ -53,8 +53,11 @@ def _fair(queue: str, limit: str = _LIMIT, rows: str = "", columns: str = _COLUM
     lanes: the queue's priority values (a skip scan of the claim index, as _due); lane: the lowest
     with a due job. keys: the lane's keys in (vtime, key) order, one probe of jobq_fair_key_round
     each, as many as heads asks for. heads: each key's first due job, until ``limit`` keys gave
-    one. more: each of those keys' next due jobs (at most ``limit`` - 1), their start n / weight
-    after the key's vtime. fair: the ``limit`` that start first."""
+    one. more: when fewer keys than ``limit`` gave one, each of those keys' next due jobs (at most
+    ``limit`` - 1), their start n / weight after the key's vtime. fair: the ``limit``
+    that start first. With ``limit`` keys or more, a claim takes one job of each of the first
+    ``limit``: a heavier key is served more often across claims (its vtime moves on less), not
+    several times within one."""
     also = f" AND {rows}" if rows else ""
     names = [c.strip() for c in columns.split(",")]
     of_more = ", ".join(f"m.{c}" for c in names)
@@ -99,7 +102,9 @@ def _fair(queue: str, limit: str = _LIMIT, rows: str = "", columns: str = _COLUM
                 SELECT {columns} FROM jobq_job
                 WHERE status = {PENDING} AND queue = {queue} AND fairness_key = hd.key
                   AND priority = hd.priority AND {_DUE_NOW} AND (run_at, id) > (hd.run_at, hd.id){also}
-                ORDER BY run_at, id LIMIT {limit} - 1 FOR UPDATE SKIP LOCKED) AS x) AS m
+                ORDER BY run_at, id
+                LIMIT CASE WHEN (SELECT count(*) FROM heads) < {limit} THEN {limit} - 1 ELSE 0 END
+                FOR UPDATE SKIP LOCKED) AS x) AS m
     ), fair AS MATERIALIZED (
         SELECT * FROM (
             SELECT key, vtime AS vstart, {columns} FROM heads
