@@ -28,9 +28,9 @@ from .pick import (
     _DUE_NOW,
     _HAS_ROOM,
     _LIMIT,
-    _WALK,
     _due,
     _held_back,
+    _lanes,
     _picked,
     _within_caps,
 )
@@ -61,16 +61,7 @@ def _fair(queue: str, limit: str = _LIMIT, rows: str = "", columns: str = _COLUM
     also = f" AND {rows}" if rows else ""
     names = [c.strip() for c in columns.split(",")]
     of_more = ", ".join(f"m.{c}" for c in names)
-    return f"""WITH RECURSIVE lanes(priority, depth) AS (
-        (SELECT priority, 1 FROM jobq_job WHERE status = {PENDING} AND queue = {queue}
-         ORDER BY priority LIMIT 1)
-        UNION ALL
-        SELECT (SELECT n.priority FROM jobq_job AS n
-                WHERE n.status = {PENDING} AND n.queue = {queue} AND n.priority > l.priority
-                ORDER BY n.priority LIMIT 1),
-               l.depth + 1
-        FROM lanes AS l WHERE l.priority IS NOT NULL AND l.depth < {_WALK}
-    ), lane AS MATERIALIZED (
+    return f"""WITH RECURSIVE {_lanes(queue)}, lane AS MATERIALIZED (
         SELECT l.priority FROM lanes AS l
         WHERE l.priority IS NOT NULL AND EXISTS (
             SELECT 1 FROM jobq_job

@@ -47,14 +47,11 @@ def _picked(selection: str) -> str:
     return f"picked AS MATERIALIZED (\n    {selection}\n)"
 
 
-def _due(queue: str, gate: str = "", limit: str = _LIMIT, rows: str = "", columns: str = _COLUMNS) -> str:
-    """The due jobs of one queue (an expression: a parameter, or an outer column), claim order, locked,
-    at most ``limit`` (%(limit)s); none unless ``gate`` (a condition on outer columns) holds; only the
-    rows for which ``rows`` (a condition on jobq_job's columns) holds, which the walk reads past
-    without locking. Columns ``columns`` (id, priority, run_at first)."""
+def _lanes(queue: str, gate: str = "") -> str:
+    """The CTE ``lanes``: the distinct priority values of ``queue``'s PENDING jobs, lowest first, one
+    descent of the claim index each, at most _WALK (none unless ``gate`` holds)."""
     gate = f" AND {gate}" if gate else ""
-    rows = f" AND {rows}" if rows else ""
-    return f"""WITH RECURSIVE lanes(priority, depth) AS (
+    return f"""lanes(priority, depth) AS (
         (SELECT priority, 1 FROM jobq_job WHERE status = {PENDING} AND queue = {queue}{gate}
          ORDER BY priority LIMIT 1)
         UNION ALL
@@ -63,7 +60,16 @@ def _due(queue: str, gate: str = "", limit: str = _LIMIT, rows: str = "", column
                 ORDER BY n.priority LIMIT 1),
                l.depth + 1
         FROM lanes AS l WHERE l.priority IS NOT NULL AND l.depth < {_WALK}
-    )
+    )"""
+
+
+def _due(queue: str, gate: str = "", limit: str = _LIMIT, rows: str = "", columns: str = _COLUMNS) -> str:
+    """The due jobs of one queue (an expression: a parameter, or an outer column), claim order, locked,
+    at most ``limit`` (%(limit)s); none unless ``gate`` (a condition on outer columns) holds; only the
+    rows for which ``rows`` (a condition on jobq_job's columns) holds, which the walk reads past
+    without locking. Columns ``columns`` (id, priority, run_at first)."""
+    rows = f" AND {rows}" if rows else ""
+    return f"""WITH RECURSIVE {_lanes(queue, gate)}
     SELECT due.* FROM lanes AS l CROSS JOIN LATERAL (
         SELECT * FROM (
             SELECT {columns} FROM jobq_job
