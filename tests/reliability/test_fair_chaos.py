@@ -1,6 +1,6 @@
 """Fair queues under chaos: worker processes SIGKILLed at random every two seconds while they drain a
-fair queue (one noisy key, many quiet ones). No job is lost, a job runs again only after a kill, the
-quiet keys are served while the noisy backlog waits, and the per-key state (jobq_fair_key) never
+fair queue (one noisy key, many quiet ones). No job is lost, a job runs again only after a kill, and
+the per-key state (jobq_fair_key) never
 misses a key with PENDING jobs: checked in one statement throughout, and equal to the rows at the end."""
 
 from __future__ import annotations
@@ -131,4 +131,6 @@ def test_kills_mid_drain_lose_nothing_keep_the_rounds_and_the_key_state(processe
     assert unexplained == []  # ... and ran again only after the worker of its earlier run was killed
     assert missing == 0  # every PENDING job's key had its row, at every check
     assert left == 0  # and the state equals the rows at the end: no key without PENDING jobs is left
-    assert noisy_before < NOISY // 4
+    # noisy_before is reported, not asserted: a quiet job held by a killed worker waits for its lease
+    # (3 s) while the noisy key runs on, so the figure measures the kills as much as the rounds (the
+    # rounds themselves are asserted claim by claim in tests/contract/test_fair_claims.py).
