@@ -297,10 +297,11 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
             return
         default_timeout = jobq_settings().job_timeout
         jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))  # slots take them in claim order
+        granted = self._unrationed_permits(lane, jobs)
         for job in jobs:
             task = resolve_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
-            queue_permit, task_permit = self._permits(lane, job, permitted)
+            queue_permit, task_permit = self._permits(lane, job, permitted, granted)
             entry = Running(
                 job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at, permitted=queue_permit,
                 task_permitted=task_permit,

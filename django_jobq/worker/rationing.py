@@ -6,9 +6,12 @@ is made of it while its bucket is empty (the lane waits until the bucket says it
 A queue's permits bound how many jobs the lane's claim takes from that queue. A task's bound how many
 of its jobs the claim takes, wherever they are queued (the pick keeps to them as it keeps to task caps,
 sql/postgres/pick.py); a lane does this for each rate-limited task whose jobs it has claimed, from the
-claim after the first one that brought such a job (that job, and any others of that claim, take their
-permit as they start), until a claim finds fewer of its jobs than permits with room to spare: then
-the task has no more due jobs, and its next job found is taken the first way again.
+claim after the first one that brought such a job, until a claim finds fewer of its jobs than permits
+with room to spare: then the task has no more due jobs, and its next job found is taken the first way
+again. The jobs of that first claim get their permits from the lane too, in one take per task before
+they are handed out (a job left without one is refused by its slot): were each slot to ask as it
+starts, the lane's next claim could take a permit meanwhile, find nothing to use it for and give it
+back, while a slot's job, refused, waited a whole permit interval with the permit in the bucket.
 
 Each claimed job carries its permits to its slot, which starts it without taking others (a retry in
 the slot takes its own). A permit no job was found for goes back to the bucket at once, and so does the
@@ -157,11 +160,34 @@ class RationMixin(WorkerBase):
         for task, n in Counter(job.task for job in jobs if lane.task_rations.get(job.task, 0) > 0).items():
             self._give_back_task_permits(task, n)
 
+    def _unrationed_permits(self, lane: Lane, jobs: Iterable[Job]) -> Counter[str]:
+        """Take the permits of the claimed jobs of rate-limited tasks the lane does not ration yet: per
+        task, one take for as many as it has jobs here (fewer when the bucket holds fewer; none
+        without the database: their slots ask, and fail closed)."""
+        wanted = Counter(job.task for job in jobs if job.task not in lane.task_rations)
+        granted: Counter[str] = Counter()
+        for task, n in sorted(wanted.items()):
+            rate = _task_rate(task)
+            if rate is None:
+                continue
+            try:
+                granted[task] = task_bucket(task, rate).take(n)[0]
+            except RateLimitUnavailable as exc:
+                logger.warning(
+                    "rate limit of task %s unavailable (%s): its jobs ask as they start", task, exc
+                )
+        return granted
+
     @staticmethod
-    def _permits(lane: Lane, job: Job, permitted: Container[str]) -> tuple[bool, bool]:
+    def _permits(lane: Lane, job: Job, permitted: Container[str], granted: Counter[str]) -> tuple[bool, bool]:
         """Whether a job of this cycle's claim carries its queue's and its task's permit to its slot
-        (``permitted``: the queues claimed with permits)."""
-        return job.queue in permitted, lane.task_rations.get(job.task, 0) > 0
+        (``permitted``: the queues claimed with permits; ``granted``: the task permits taken for the
+        claim's unrationed jobs, used up here one per job)."""
+        task_permit = lane.task_rations.get(job.task, 0) > 0
+        if not task_permit and granted[job.task] > 0:
+            granted[job.task] -= 1
+            task_permit = True
+        return job.queue in permitted, task_permit
 
     def _give_back_task_permits(self, task: str, n: int) -> None:
         rate = _task_rate(task)

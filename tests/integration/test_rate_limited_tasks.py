@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 # A task whose bucket does not refill within a test: what is left in it is what the worker spent.
 task(name="test.five_an_hour", rate_limit="5/h")(lambda: None)
 task(name="test.twenty_a_second", rate_limit="20/s")(lambda: None)
+task(name="test.twice_an_hour_too", rate_limit="2/h")(lambda: None)
 
 
 def most_in_any_second(times: list[dt.datetime]) -> int:
@@ -199,7 +200,7 @@ def test_jobs_given_back_unstarted_return_their_permits(settings):
 @pytest.mark.parametrize("lanes", [{"default": 4}, {"*": 4}])
 def test_a_rate_limited_task_is_claimed_no_faster_than_its_permits(worker_thread, lanes):
     """40 due jobs of a task limited to 20/s: after the first claim that finds the task (at most
-    one job per slot, each taking its permit as it starts), the worker takes the task's permits
+    one job per slot, their permits taken in one go before they start), the worker takes the task's permits
     before it claims and claims no more of its jobs than it took, so each job is claimed about once
     (a claim it could not start would be a refusal, a write and a claim more)."""
     ids = Job.objects.enqueue_many(NewJob("test.twenty_a_second") for _ in range(40))
@@ -267,8 +268,8 @@ def test_a_task_rate_limit_holds_across_two_workers_claiming_each_job_once():
 
 
 def test_jobs_claimed_with_their_task_permits_spend_one_each(worker_thread):
-    """Three jobs of a rate-limited task, one slot: the first claim takes one, which takes its permit
-    as it starts; the next takes permits for the lane's room first (a slot and the jobs it may claim
+    """Three jobs of a rate-limited task, one slot: the first claim takes one, and the lane its permit
+    before handing it out; the next takes permits for the lane's room first (a slot and the jobs it may claim
     ahead), finds the other two, gives the rest back and stops rationing the task: the two start on
     the permits they were claimed with. Three jobs, three permits spent."""
     ids = Job.objects.enqueue_many(NewJob("test.five_an_hour") for _ in range(3))
@@ -276,3 +277,37 @@ def test_jobs_claimed_with_their_task_permits_spend_one_each(worker_thread):
     wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 3, message="3 done")
     taken, _ = TokenBucket("jobq:task:test.five_an_hour", 5, 3600, 5).take(5)
     assert taken == 5 - 3
+
+
+def test_a_slow_slot_never_loses_the_permit_of_a_job_of_the_first_claim(worker_thread, monkeypatch):
+    """Five jobs of a task allowed twice an hour, taken by the first claim of five slots, four of them
+    slow to start (a loaded machine): the lane takes the two permits for the claim before the jobs
+    start. Were the slots to ask as they start, the lane's next claim, after the first job ended,
+    could take the last permit meanwhile, find no job for it and hold it until it gave it back, so a
+    slow slot's job was refused with the permit still to come back. Two jobs run, three wait."""
+    plain_acquire, plain_give_back, calls = TokenBucket.acquire, TokenBucket.give_back, []
+
+    def acquire(self, *args, **kwargs):
+        calls.append(self.key)
+        if len(calls) > 1:  # the first slot to ask runs its job at once; the others are slow to ask
+            time.sleep(0.2)
+        return plain_acquire(self, *args, **kwargs)
+
+    def give_back(self, *args, **kwargs):
+        time.sleep(0.6)  # a permit the lane took for nothing stays out of the bucket that long
+        return plain_give_back(self, *args, **kwargs)
+
+    monkeypatch.setattr(TokenBucket, "acquire", acquire)
+    monkeypatch.setattr(TokenBucket, "give_back", give_back)
+    ids = Job.objects.enqueue_many(NewJob("test.twice_an_hour_too") for _ in range(5))
+    worker = worker_thread({"default": 5})
+    wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 2, message="2 done")
+    wait_until(
+        lambda: Job.objects.filter(id__in=ids, status=JobStatus.PENDING, attempts=0, fence=1).count() == 3,
+        message="3 refused",
+    )
+    worker.stop()
+    wait_until(worker.finished.is_set, message="the worker stopped")
+    assert Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 2
+    taken, _ = TokenBucket("jobq:task:test.twice_an_hour_too", 2, 3600, 2).take(2)
+    assert taken == 0  # both permits spent on the two runs, none given back to be lost
