@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
@@ -15,7 +15,8 @@ from django.utils.safestring import SafeString
 from ..console import bulk
 from ..console.selection import Selection
 from ..exceptions import JobqError
-from ..models import BulkAction
+from ..models import BulkAction, Job
+from ..status import ACTIVE, JobStatus
 from .common import OnQueueDatabase, progress_bar, time_cell
 
 # The permission that starts (and may stop) each kind of bulk action.
@@ -84,7 +85,10 @@ class BulkActionAdmin(OnQueueDatabase):
                 refused += 1
             elif bulk.request_cancel(action.pk):
                 asked += 1
-        self.message_user(request, f"Asked {asked} bulk action(s) to stop after their current batch.")
+        self.message_user(
+            request,
+            f"Asked {asked} bulk action(s) to stop after their current batch (a halted one stops at once).",
+        )
         if refused:
             self.message_user(
                 request,
@@ -104,10 +108,22 @@ class BulkActionAdmin(OnQueueDatabase):
         """Jobs gone through (changed or left as they were) out of those counted when it was confirmed."""
         return progress_bar({"done": obj.done + obj.skipped, "total": max(obj.total, obj.done + obj.skipped)})
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """Each action with its job's status (one subquery, not a query per row)."""
+        status = Job.objects.filter(id=OuterRef("job_id")).values("status")[:1]
+        actions: QuerySet[Any] = super().get_queryset(request).annotate(job_status=Subquery(status))
+        return actions
+
     @admin.display(description="state")
     def state_cell(self, obj: BulkAction) -> str:
         state = f"{obj.state}: {obj.done} changed, {obj.skipped} left as they were"
-        if obj.state == BulkAction.State.RUNNING and obj.cancel_requested_at is not None:
+        if obj.state != BulkAction.State.RUNNING:
+            return state
+        job_status = getattr(obj, "job_status", None)
+        if obj.job_id is not None and job_status not in ACTIVE:
+            ended = "is gone" if job_status is None else f"ended {JobStatus(job_status).name}"
+            return f"{state}; halted: its job {ended} (requeue the job to resume, or stop the action)"
+        if obj.cancel_requested_at is not None:
             return f"{state} (stop requested)"
         return state
 

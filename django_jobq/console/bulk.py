@@ -100,12 +100,29 @@ def start(
 
 
 def request_cancel(action_id: int) -> bool:
-    """Ask a running bulk action to stop; its next batch sees it. False when it is not running."""
+    """Ask a running bulk action to stop; its next batch sees it. An action whose job will run no more
+    (halted: the job ended DEAD or CANCELLED, or is gone) has no next batch: it ends CANCELLED here,
+    under its row lock (a batch of a job requeued meanwhile then finds it ended). False when it is
+    not running or was asked already."""
     database = jobq_settings().database
-    asked = BulkAction.objects.using(database).filter(
-        pk=action_id, state=BulkAction.State.RUNNING, cancel_requested_at__isnull=True
-    )
-    return bool(asked.update(cancel_requested_at=timezone.now()))
+    with transaction.atomic(using=database):
+        action = BulkAction.objects.using(database).select_for_update().filter(pk=action_id).first()
+        if action is None or action.state != BulkAction.State.RUNNING or action.cancel_requested_at:
+            return False
+        action.cancel_requested_at = timezone.now()
+        action.save(using=database, update_fields=["cancel_requested_at"])
+        if halted(action):
+            _finish(action, BulkAction.State.CANCELLED)
+    return True
+
+
+def halted(action: BulkAction) -> bool:
+    """Whether a running action's job will run no more batches: it ended DEAD or CANCELLED (a run
+    that kept failing), or is gone. Requeueing the job resumes the action from its cursor."""
+    if action.state != BulkAction.State.RUNNING or action.job_id is None:
+        return False
+    live = Job.objects.using(jobq_settings().database).filter(id=action.job_id, status__in=ACTIVE)
+    return not live.exists()
 
 
 def run_batch(action_id: int, size: int) -> BulkAction | None:

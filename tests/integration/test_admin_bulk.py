@@ -174,6 +174,39 @@ def test_batches_are_bounded_progress_is_shown_and_a_stop_ends_it_between_batche
 
 
 @pytest.mark.p1
+def test_an_action_whose_job_ended_dead_is_shown_halted_resumes_on_requeue_and_stops_at_once(admin_client):
+    """Its job ended DEAD (a run that kept failing): the action says so instead of "running"; a
+    requeue of the job resumes it from its cursor; a stop asked of a halted action ends it at once
+    (no batch is left to see the request)."""
+    pending = [make_job(queue="bulk") for _ in range(6)]
+    action = bulk.start(
+        "cancel", Selection(queue="bulk", until=pending[-1].pk), 6, options={}, by="root", query=""
+    )
+    bulk.run_batch(action.pk, 2)
+    assert "halted" not in admin_client.get(BULK).content.decode()
+    Job.objects.filter(pk=action.job_id).update(status=JobStatus.DEAD, finished_at=timezone.now())
+    listed = admin_client.get(BULK).content.decode()
+    assert "running: 2 changed, 0 left as they were; halted: its job ended DEAD" in listed
+    Job.objects.filter(pk=action.job_id).update(status=JobStatus.PENDING, finished_at=None)  # requeued
+    assert "halted" not in admin_client.get(BULK).content.decode()
+    assert run_to_the_end(action, 2) == [2, 2]  # from its cursor: the four jobs left
+    second = bulk.start(
+        "cancel", Selection(queue="bulk", until=pending[-1].pk), 6, options={}, by="root", query=""
+    )
+    Job.objects.filter(pk=second.job_id).delete()
+    assert "halted: its job is gone" in admin_client.get(BULK).content.decode()
+    admin_client.post(BULK, {"action": "stop_selected", "index": "0", "_selected_action": [second.pk]})
+    second.refresh_from_db()
+    assert second.state == BulkAction.State.CANCELLED and second.finished_at is not None
+    live = bulk.start(
+        "cancel", Selection(queue="bulk", until=pending[-1].pk), 6, options={}, by="root", query=""
+    )
+    assert bulk.request_cancel(live.pk)  # its job is PENDING: it stops at its next batch
+    live.refresh_from_db()
+    assert live.state == BulkAction.State.RUNNING and live.cancel_requested_at is not None
+
+
+@pytest.mark.p1
 def test_stopping_a_bulk_action_needs_the_permission_of_what_it_does(staff):
     job = make_job(queue="bulk")
     action = bulk.start(
