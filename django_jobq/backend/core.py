@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from django.core.checks import CheckMessage, Error
@@ -64,6 +64,10 @@ class InvalidJobqTask(InvalidTask, JobqError):
     """A task's jobq options are invalid, or the backend cannot run it."""
 
 
+class UnknownTaskOption(InvalidJobqTask, TypeError):
+    """An option the decorator or using() does not take (a TypeError, as for any unexpected keyword)."""
+
+
 def jobq_priority(django_priority: int) -> int:
     """Django's priority (higher runs first, default 0) as jobq's (lower runs first, default 100)."""
     return 100 - django_priority
@@ -101,7 +105,7 @@ class JobqTask(_TaskBase):
         dedupe_done, dedupe_dead, concurrency_key, tags, fairness_key)."""
         unknown = sorted(set(options) - set(CALL_OPTIONS))
         if unknown:
-            raise TypeError(
+            raise UnknownTaskOption(
                 f"using() got unexpected options {', '.join(unknown)} "
                 f"(per call: {', '.join(CALL_OPTIONS)}; the others belong to the decorator)"
             )
@@ -124,7 +128,13 @@ def task(
     does not pass options on)."""
 
     def wrapper(func: Callable[..., Any]) -> Any:
-        return task_backends[backend].task_class(
+        task_class = task_backends[backend].task_class
+        taken = {f.name for f in fields(task_class)} - {"func", "backend", "run_after", "name"}
+        if unknown := sorted(set(options) - taken):
+            raise UnknownTaskOption(
+                f"task() got unexpected options {', '.join(unknown)} (it takes: {', '.join(sorted(taken))})"
+            )
+        return task_class(
             func=func, priority=priority, queue_name=queue_name, backend=backend,
             takes_context=takes_context, run_after=None, **options,
         )  # fmt: skip

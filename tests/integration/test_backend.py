@@ -11,7 +11,7 @@ from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobq.backend import JobqBackend, JobqTask, jobq_priority
+from django_jobq.backend import JobqBackend, JobqTask, UnknownTaskOption, jobq_priority
 from django_jobq.backend.compat import (
     FORWARDS_TASK_OPTIONS,
     InvalidTask,
@@ -296,8 +296,19 @@ def test_tags_per_call_reach_the_row_and_bad_ones_are_refused():
 
 
 def test_using_refuses_options_that_belong_to_the_decorator():
-    with pytest.raises(TypeError, match="timeout"):
+    with pytest.raises(TypeError, match="timeout") as caught:
         dtasks.add.using(timeout=5)
+    assert isinstance(caught.value, JobqError)
+
+
+@pytest.mark.parametrize("option", ["max_attempt", "timeout\x00", "__class__", "func"])
+def test_the_decorator_refuses_an_option_it_does_not_take_naming_those_it_does(option):
+    from django_jobq.backend import task
+
+    with pytest.raises(UnknownTaskOption, match="unexpected options") as caught:
+        task(lambda: None, **{option: 1})
+    assert isinstance(caught.value, JobqError) and isinstance(caught.value, TypeError)
+    assert "max_attempts" in str(caught.value)
 
 
 # -- validate_task refusals -------------------------------------------------------------------------
