@@ -297,19 +297,22 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
             return
         default_timeout = jobq_settings().job_timeout
         jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))  # slots take them in claim order
-        granted = self._unrationed_permits(lane, jobs)
+        entries = []
         for job in jobs:
             task = resolve_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
-            queue_permit, task_permit = self._permits(lane, job, permitted, granted)
+            queue_permit, task_permit = self._permits(lane, job, permitted)
             entry = Running(
                 job, job.fence, job.attempts, lane, timeout, renewed_at=claimed_at, permitted=queue_permit,
                 task_permitted=task_permit,
             )  # fmt: skip
-            with self._lock:
+            with self._lock:  # from here the heartbeat renews its lease
                 self._running[entry.key] = entry
             with lane.cond:
                 lane.busy += 1
+            entries.append(entry)
+        self._take_unrationed_permits(lane, entries)  # a statement: after the jobs are in _running
+        for entry in entries:
             lane.work.put(entry)
 
     def _give_back_unstarted(self, lane: Lane) -> None:

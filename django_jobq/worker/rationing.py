@@ -160,34 +160,34 @@ class RationMixin(WorkerBase):
         for task, n in Counter(job.task for job in jobs if lane.task_rations.get(job.task, 0) > 0).items():
             self._give_back_task_permits(task, n)
 
-    def _unrationed_permits(self, lane: Lane, jobs: Iterable[Job]) -> Counter[str]:
-        """Take the permits of the claimed jobs of rate-limited tasks the lane does not ration yet: per
-        task, one take for as many as it has jobs here (fewer when the bucket holds fewer; none
-        without the database: their slots ask, and fail closed)."""
-        wanted = Counter(job.task for job in jobs if job.task not in lane.task_rations)
-        granted: Counter[str] = Counter()
-        for task, n in sorted(wanted.items()):
+    def _take_unrationed_permits(self, lane: Lane, entries: list[Running]) -> None:
+        """Take the permits of the claimed jobs of rate-limited tasks the lane does not ration yet:
+        per task, one take for as many as it has jobs here; the first of them in claim order carry
+        the permits granted (fewer when the bucket holds fewer; none without the database: their
+        slots ask, and fail closed)."""
+        wanting: dict[str, list[Running]] = {}
+        for entry in entries:
+            if not entry.task_permitted and entry.job.task not in lane.task_rations:
+                wanting.setdefault(entry.job.task, []).append(entry)
+        for task, waiting in sorted(wanting.items()):
             rate = _task_rate(task)
             if rate is None:
                 continue
             try:
-                granted[task] = task_bucket(task, rate).take(n)[0]
+                granted = task_bucket(task, rate).take(len(waiting))[0]
             except RateLimitUnavailable as exc:
                 logger.warning(
                     "rate limit of task %s unavailable (%s): its jobs ask as they start", task, exc
                 )
-        return granted
+                continue
+            for entry in waiting[:granted]:
+                entry.task_permitted = True
 
     @staticmethod
-    def _permits(lane: Lane, job: Job, permitted: Container[str], granted: Counter[str]) -> tuple[bool, bool]:
+    def _permits(lane: Lane, job: Job, permitted: Container[str]) -> tuple[bool, bool]:
         """Whether a job of this cycle's claim carries its queue's and its task's permit to its slot
-        (``permitted``: the queues claimed with permits; ``granted``: the task permits taken for the
-        claim's unrationed jobs, used up here one per job)."""
-        task_permit = lane.task_rations.get(job.task, 0) > 0
-        if not task_permit and granted[job.task] > 0:
-            granted[job.task] -= 1
-            task_permit = True
-        return job.queue in permitted, task_permit
+        (``permitted``: the queues claimed with permits)."""
+        return job.queue in permitted, lane.task_rations.get(job.task, 0) > 0
 
     def _give_back_task_permits(self, task: str, n: int) -> None:
         rate = _task_rate(task)

@@ -5,6 +5,7 @@ import datetime as dt
 import json
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -311,3 +312,28 @@ def test_a_slow_slot_never_loses_the_permit_of_a_job_of_the_first_claim(worker_t
     assert Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 2
     taken, _ = TokenBucket("jobq:task:test.twice_an_hour_too", 2, 3600, 2).take(2)
     assert taken == 0  # both permits spent on the two runs, none given back to be lost
+
+
+def test_jobs_waiting_for_the_lanes_permit_statement_keep_their_leases(worker_thread, settings, monkeypatch):
+    """The lane's take for a claim's jobs of a rate-limited task stalls past the lease (a database
+    that stopped answering it): the jobs are the worker's already, so its heartbeat renews their
+    leases meanwhile and the reaper never takes them back; once it answers they run, each once."""
+    settings.JOBQ = {**settings.JOBQ, "LEASE_SECONDS": 4, "HEARTBEAT_SECONDS": 0.5}
+    plain_take, stalled = TokenBucket.take, threading.Event()
+
+    def take(self, *args, **kwargs):
+        if not stalled.is_set():
+            stalled.set()
+            time.sleep(5)  # longer than the lease
+        return plain_take(self, *args, **kwargs)
+
+    monkeypatch.setattr(TokenBucket, "take", take)
+    ids = Job.objects.enqueue_many(NewJob("test.five_an_hour") for _ in range(2))
+    worker_thread({"default": 2})
+    wait_until(stalled.is_set, message="the lane's take")
+    deadline = time.monotonic() + 4.5
+    while time.monotonic() < deadline:  # the stall outlasts the lease: nothing is reaped
+        assert Job.objects.reap() == []
+        time.sleep(0.2)
+    wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 2, message="2 done")
+    assert set(Job.objects.filter(id__in=ids).values_list("attempts", "fence")) == {(1, 1)}
