@@ -186,3 +186,15 @@ def open_enqueue(count: int = 1, **options) -> tuple[threading.Thread, threading
     thread.start()
     assert inserted.wait(10)
     return thread, commit, open_jobs
+
+
+@pytest.fixture
+def fair(settings):
+    """tests.fair_queue.QUEUE marked fair (FAIR: True); call it to mark it with other options."""
+    from tests.fair_queue import QUEUE
+
+    def configure(option=True, **more):
+        settings.JOBQ = {**settings.JOBQ, "QUEUES": {QUEUE: {"FAIR": option, **more}}}
+
+    configure()
+    return configure

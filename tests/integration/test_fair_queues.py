@@ -12,11 +12,10 @@ from django.db import connection, connections, transaction
 from django_jobq.conf import jobq_settings
 from django_jobq.exceptions import ConfigurationError, InvalidJob
 from django_jobq.managers import NewJob
-from django_jobq.models import Job, JobStatus
+from django_jobq.models import Job
+from tests.fair_queue import QUEUE, backlog, claimed_keys, key_rows, pending_keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-QUEUE = "tenants"
 
 
 @pytest.fixture(autouse=True)
@@ -24,45 +23,6 @@ def no_key_state():
     """jobq_fair_key is not a model: a flush between tests leaves its rows."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM jobq_fair_key")
-
-
-@pytest.fixture
-def fair(settings):
-    def configure(option=True, **more):
-        settings.JOBQ = {**settings.JOBQ, "QUEUES": {QUEUE: {"FAIR": option, **more}}}
-
-    configure()
-    return configure
-
-
-def backlog(key: str, count: int, **options) -> list[int]:
-    return Job.objects.enqueue_many(
-        NewJob("test.noop", queue=QUEUE, fairness_key=key, **options) for _ in range(count)
-    )
-
-
-def claimed_keys(count: int, limit: int = 1) -> list[str]:
-    keys: list[str] = []
-    while len(keys) < count:
-        jobs = Job.objects.claim_batch("w1", limit, queues=[QUEUE])
-        assert jobs, f"nothing claimed after {len(keys)}"
-        keys += (
-            Job.objects.filter(id__in=[j.id for j in jobs])
-            .order_by("id")
-            .values_list("fairness_key", flat=True)
-        )
-    return keys
-
-
-def key_rows() -> set[tuple[str, int, str]]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT queue, priority, key FROM jobq_fair_key")
-        return set(cursor.fetchall())
-
-
-def pending_keys() -> set[tuple[str, int, str]]:
-    rows = Job.objects.filter(status=JobStatus.PENDING, fairness_key__isnull=False)
-    return set(rows.values_list("queue", "priority", "fairness_key").distinct())
 
 
 def test_a_prune_never_deletes_the_key_of_an_uncommitted_job(fair):
