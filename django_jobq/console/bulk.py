@@ -119,7 +119,7 @@ def request_cancel(action_id: int) -> bool:
 def halted(action: BulkAction) -> bool:
     """Whether a running action's job will run no more batches: it ended DEAD or CANCELLED (a run
     that kept failing), or is gone. Requeueing the job resumes the action from its cursor."""
-    if action.state != BulkAction.State.RUNNING or action.job_id is None:
+    if action.job_id is None:
         return False
     live = Job.objects.using(jobq_settings().database).filter(id=action.job_id, status__in=ACTIVE)
     return not live.exists()

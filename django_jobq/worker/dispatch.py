@@ -297,7 +297,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
             return
         default_timeout = jobq_settings().job_timeout
         jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))  # slots take them in claim order
-        entries = []
+        entries, limited = [], []
         for job in jobs:
             task = resolve_task(job.task)
             timeout = (task.timeout if task else None) or default_timeout
@@ -311,7 +311,10 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
             with lane.cond:
                 lane.busy += 1
             entries.append(entry)
-        self._take_unrationed_permits(lane, entries)  # a statement: after the jobs are in _running
+            if task is not None and task.rate_limit is not None and not task_permit:
+                limited.append(entry)
+        if limited:  # a statement: after the jobs are in _running
+            self._take_unrationed_permits(lane, limited)
         for entry in entries:
             lane.work.put(entry)
 

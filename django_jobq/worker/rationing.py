@@ -160,14 +160,14 @@ class RationMixin(WorkerBase):
         for task, n in Counter(job.task for job in jobs if lane.task_rations.get(job.task, 0) > 0).items():
             self._give_back_task_permits(task, n)
 
-    def _take_unrationed_permits(self, lane: Lane, entries: list[Running]) -> None:
-        """Take the permits of the claimed jobs of rate-limited tasks the lane does not ration yet:
-        per task, one take for as many as it has jobs here; the first of them in claim order carry
-        the permits granted (fewer when the bucket holds fewer; none without the database: their
-        slots ask, and fail closed)."""
+    def _take_unrationed_permits(self, lane: Lane, limited: list[Running]) -> None:
+        """Take the permits of the claimed jobs of rate-limited tasks (``limited``: claimed without
+        their task's permit) that the lane does not ration yet: per task, one take for as many as it
+        has jobs here; the first of them in claim order carry the permits granted (fewer when the
+        bucket holds fewer; none without the database: their slots ask, and fail closed)."""
         wanting: dict[str, list[Running]] = {}
-        for entry in entries:
-            if not entry.task_permitted and entry.job.task not in lane.task_rations:
+        for entry in limited:
+            if entry.job.task not in lane.task_rations:
                 wanting.setdefault(entry.job.task, []).append(entry)
         for task, waiting in sorted(wanting.items()):
             rate = _task_rate(task)
