@@ -68,7 +68,8 @@ class QueueFigures:
     cancelled_60m: int = 0  # ... in the last 60 minutes
     paused: bool = False  # workers claim nothing from it (Job.objects.pause_queue)
     max_depth: int | None = None  # JOBQ["QUEUES"][queue]["MAX_DEPTH"]: pending against it
-    max_running: int | None = None  # JOBQ["QUEUES"][queue]["MAX_RUNNING"]: running against it
+    max_running: int | None = None  # JOBQ["QUEUES"][queue]["MAX_RUNNING"]: its seats
+    seats: int | None = None  # a capped queue's seats held now: its jobs that may run at once
     rate_limit: str | None = None  # JOBQ["QUEUES"][queue]["RATE_LIMIT"], e.g. "10/s"
 
 
@@ -202,10 +203,13 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
     )
     for p in paused:  # a paused queue is listed even without jobs, so that it can be resumed
         figures[p.queue]["paused"] = True
+    caps = jobq_settings().caps()
+    seats = dict(_run(connection, sql.SEATS_HELD)) if caps else {}
     for name, options in jobq_settings().queues.items():  # a configured queue, with its limits
         figures[name].update(
             max_depth=options.max_depth,
             max_running=options.max_running,
+            seats=seats.get(name, 0) if name in caps else None,
             rate_limit=format_rate(options.rate_limit),
         )
     queues = tuple(QueueFigures(queue=queue, **figures[queue]) for queue in sorted(figures))
@@ -354,7 +358,7 @@ def _total(queues: Sequence[QueueFigures]) -> QueueFigures:
             sums[name] = None if None in values else sum(values)
         elif name == "paused":
             sums[name] = False
-        elif name in ("max_depth", "max_running", "rate_limit"):  # limits are per queue
+        elif name in ("max_depth", "max_running", "seats", "rate_limit"):  # limits are per queue
             sums[name] = None
         else:
             sums[name] = sum(values)

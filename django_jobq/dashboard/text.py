@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from .workers import WORKERS_RECENT_SECONDS, SupervisorFigures, supervisors
 
 if TYPE_CHECKING:
-    from . import Snapshot
+    from . import QueueFigures, Snapshot
 
 # The upkeep line's warning when autovacuum never reaches jobq_job.
 AUTOVACUUM_OFF = "AUTOVACUUM OFF: nothing removes its dead rows but a manual VACUUM"
@@ -29,7 +29,7 @@ def format_table(snap: Snapshot) -> str:
         name = (q.queue + " (paused)" if q.paused else q.queue) or "(all)"
         lines.append(
             (
-                name, _of(q.pending, q.max_depth), str(q.due), format_duration(q.lag), _of(q.running, q.max_running),
+                name, _of(q.pending, q.max_depth), str(q.due), format_duration(q.lag), _running(q),
                 str(q.expired), str(q.waiting),
                 str(q.dead), done, str(q.done_5m), str(q.done_60m), str(q.dead_5m), str(q.dead_60m),
                 str(q.cancelled_60m),
@@ -137,6 +137,11 @@ def format_bytes(size: int) -> str:
 
 def _or_dash(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+def _running(q: QueueFigures) -> str:
+    """RUNNING jobs, and a capped queue's seats held of its seats: "12 (4/4 seats)"."""
+    return str(q.running) if q.max_running is None else f"{q.running} ({q.seats or 0}/{q.max_running} seats)"
 
 
 def _of(figure: int, limit: int | None) -> str:

@@ -20,6 +20,7 @@ from .maintenance import MaintenanceManager
 from .producing import NewJob
 from .queues import QueueStateManager
 from .schedules import ScheduleStatementsManager
+from .seats import SeatManager
 from .waiting import WaitingManager
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class JobManager(
     ControlManager,
     QueueStateManager,
     ScheduleStatementsManager,
+    SeatManager,
 ):
     async def aenqueue(self, *args: Any, **kwargs: Any) -> int | None:
         return await sync_to_async(self.enqueue)(*args, **kwargs)

@@ -18,12 +18,13 @@ if TYPE_CHECKING:
 class BatchClaimManager(BaseJobManager):
     def claim_for_batch(
         self, worker_id: str, queue: str, task: str, limit: int, *, field: str | None = None,
-        value: Any = None, lease_seconds: float | None = None,
+        value: Any = None, lease_seconds: float | None = None, seated: bool = False,
     ) -> list[Job]:  # fmt: skip
         """Take up to ``limit`` due jobs of ``task`` in ``queue`` (with ``field``, only those whose
         payload holds ``value`` there; a missing field reads as None), as a claim takes them: RUNNING
         for ``worker_id``, attempts + 1, a new fence, leased; in claim order. A queue with
-        JOBQ["QUEUES"][q]["MAX_RUNNING"] gives no more than its cap leaves room for."""
+        JOBQ["QUEUES"][q]["MAX_RUNNING"] gives no more than its cap leaves room for, unless ``seated``:
+        the caller holds a seat for each job it may take (worker/seats.py)."""
         sql = self._sql()
         params: dict[str, Any] = {
             "worker_id": validation.name(worker_id, "worker_id"),
@@ -35,7 +36,7 @@ class BatchClaimManager(BaseJobManager):
             "path": None if field is None else f"$.{field}",
             "value": validation.dump_json(value, what="batch key"),
             "ids": [],
-            "cap": jobq_settings().caps().get(queue),
+            "cap": None if seated else jobq_settings().caps().get(queue),
         }
         if params["cap"] is None:
             jobs = self._jobs(sql.CLAIM_BATCH, params)

@@ -73,6 +73,7 @@ class ClaimManager(CapManager):
         look_past: bool = True,
         rations: Mapping[str, int] | None = None,
         task_rations: Mapping[str, int] | None = None,
+        seated: Mapping[str, int] | None = None,
     ) -> tuple[Written, list[Job]]:
         """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
         ``exclude``) in a single statement (one commit). A queue with JOBQ["QUEUES"][q]["MAX_RUNNING"]
@@ -82,7 +83,9 @@ class ClaimManager(CapManager):
         every LOOK_PAST_SECONDS while it finds nothing there). ``rations``: queues of which it claims
         no more than that many jobs (the rate-limit permits the worker holds for them), each apart.
         ``task_rations``: rate-limited tasks of which it claims no more than that many jobs in all
-        (none at 0), by the pick, as it keeps to task caps.
+        (none at 0), by the pick, as it keeps to task caps. ``seated``: capped queues whose seats the
+        caller holds (worker/seats.py): each claimed with no more than that many jobs, apart, without
+        the cap's lock and count (the caller starts their jobs only in its seats).
 
         Returns what the completion wrote (Written) and the jobs claimed (``limit`` may be 0)."""
         ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
@@ -93,7 +96,11 @@ class ClaimManager(CapManager):
             **self._task_caps(task_rations or {}),
         }  # fmt: skip
         conf = jobq_settings()
-        caps, fair, rations = conf.caps(), conf.fair_queues(), rations or {}
+        seated = seated or {}
+        caps = {name: cap for name, cap in conf.caps().items() if name not in seated}
+        fair, rations = conf.fair_queues(), dict(rations or {})
+        for name, most in seated.items():  # a seated queue is claimed apart, as a rationed one
+            rations[name] = min(most, rations.get(name, most))
         if queue is not None:
             limit = min(params["limit"], rations.get(queue, limit))
             one = {**params, "cap": caps.get(queue), "limit": limit, **self._fair(queue, fair)}

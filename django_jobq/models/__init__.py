@@ -4,11 +4,12 @@ from ..status import JobStatus as JobStatus  # django_jobq.models.JobStatus, as 
 from .bulk import BulkAction
 from .jobs import ContainmentIndex, DeadJob, Job
 from .schedules import Schedule, ScheduleSource, ScheduleTick
-from .workers import InboundMark, MaintenanceLease, QueueState, RateBucket, RateWindow, WorkerRecord
+from .workers import CapSeat, InboundMark, MaintenanceLease, QueueState, RateBucket, RateWindow, WorkerRecord
 from .workflows import Dependency, Workflow
 
 __all__ = [
     "BulkAction",
+    "CapSeat",
     "ContainmentIndex",
     "DeadJob",
     "Dependency",

@@ -1,5 +1,5 @@
-"""The state the queue's processes share: workers, maintenance leases, inbound marks, queue state
-and rate limits."""
+"""The state the queue's processes share: workers, maintenance leases, inbound marks, queue state,
+rate limits and capped queues' seats."""
 
 from __future__ import annotations
 
@@ -132,3 +132,25 @@ class RateWindow(models.Model):
 
     def __str__(self) -> str:
         return f"sliding window {self.key}"
+
+
+class CapSeat(models.Model):
+    """One of a capped queue's seats (JOBQ["QUEUES"][q]["MAX_RUNNING"]): a worker starts a job of the
+    queue only in a seat it holds, so no more of its jobs run at once, across every worker, than it has
+    seats (those numbered below the cap). A seat is leased like a job: renewed by its holder's
+    heartbeat, fenced (each take adds one), and taken over by another worker once its lease ran out."""
+
+    pk = models.CompositePrimaryKey("queue", "seat")
+    queue = models.TextField()
+    seat = models.IntegerField(help_text="0 .. the cap - 1 (seats at or past a lowered cap are never taken)")
+    holder = models.TextField(null=True, blank=True, help_text="The worker holding it (none: free).")
+    fence = models.BigIntegerField(
+        db_default=0, help_text="Taken this many times: a holder's writes name it."
+    )
+    lease_until = models.DateTimeField(null=True, blank=True, help_text="Free again after this.")
+
+    class Meta:
+        db_table = "jobq_cap_seat"
+
+    def __str__(self) -> str:
+        return f"seat {self.seat} of {self.queue}" + (f" held by {self.holder}" if self.holder else "")

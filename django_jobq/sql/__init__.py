@@ -6,7 +6,7 @@ engine.py). Nothing outside this package asks which database it talks to.
 
 Each engine's statements are one namespace gathered from its folder's files, split by concern:
 sql/postgres/ jobs (the job's transitions and maintenance), retention (counts and prune), returns (jobs given back unstarted), enqueue (inserting jobs and the dedupe
-rule), depth (MAX_DEPTH), pick (the claim's selection), fairness (fair queues), inbound (first_seen), queues (pause),
+rule), depth (MAX_DEPTH), pick (the claim's selection), fairness (fair queues), seats (capped queues' seats), inbound (first_seen), queues (pause),
 workers (worker records, maintenance leases, timeouts), schedules (the scheduler's passes and the
 settings sync), workflows (jobs with dependencies); sql/sqlite/ jobs, enqueue, state (workers, leases, queues, inbound marks), schedules.
 The dashboard's statements are each folder's stats. A name defined twice in one engine is an error at
@@ -33,6 +33,7 @@ from .postgres import queues as pg_queues
 from .postgres import retention as pg_retention
 from .postgres import returns as pg_returns
 from .postgres import schedules as pg_schedules
+from .postgres import seats as pg_seats
 from .postgres import stats as pg_stats
 from .postgres import workers as pg_workers
 from .postgres import workflows as pg_workflows
@@ -45,6 +46,7 @@ from .sqlite import inbound as lite_inbound
 from .sqlite import jobs as lite_jobs
 from .sqlite import queues as lite_queues
 from .sqlite import schedules as lite_schedules
+from .sqlite import seats as lite_seats
 from .sqlite import stats as lite_stats
 from .sqlite import workers as lite_workers
 from .sqlite import workflows as lite_workflows
@@ -79,6 +81,7 @@ POSTGRES = _statements(
     pg_workflows,
     pg_batches,
     pg_fairness,
+    pg_seats,
 )
 SQLITE_STATEMENTS = _statements(
     lite_jobs,
@@ -91,6 +94,7 @@ SQLITE_STATEMENTS = _statements(
     lite_workflows,
     lite_batches,
     lite_fairness,
+    lite_seats,
 )
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):

@@ -15,18 +15,19 @@ from django.utils import timezone
 from ..conf import jobq_settings
 from ..models import Job
 from ..tasks import Task
-from .base import WorkerBase, is_connection_error
+from .base import is_connection_error
 from .batch_runner import run_batch
 from .classify import Outcome, class_path, format_error, timeout_outcome
 from .lanes import Lane, Running
 from .runner import SlotRunner
+from .seats import SeatMixin
 
 logger = logging.getLogger("django_jobq")
 FIRST_PAUSE = 0.01  # seconds between a filling batch's claims: doubling from this ...
 LONGEST_PAUSE = 0.25  # ... up to this
 
 
-class BatchSlotMixin(WorkerBase):
+class BatchSlotMixin(SeatMixin):
     def _run_batch(
         self, lane: Lane, number: int, runner: SlotRunner, first: Running, task: Task[Any, Any]
     ) -> None:
@@ -56,6 +57,8 @@ class BatchSlotMixin(WorkerBase):
             for entry, outcome in ended:
                 if outcome.abandoned and self._running.get(entry.key) is entry:
                     del self._running[entry.key]
+        if len(members) > 1 and first.job.queue in lane.seats:
+            self._stand(lane, first.job.queue, len(members) - 1)  # the first's seat is its slot's
         with lane.cond:
             lane.started.pop(number, None)
             lane.busy -= 1  # the first job's place; the others were never counted in the lane
@@ -107,20 +110,28 @@ class BatchSlotMixin(WorkerBase):
         was lost leaves its jobs to their leases, as a crashed worker's)."""
         batch = task.batch
         assert batch is not None
+        queue = first.job.queue
+        seated = queue in lane.seats
+        if seated and (room := self._sit_more(lane, queue, room)) == 0:  # each job in a seat of its own
+            return []
         with self._batch_claims:
             sent = time.monotonic()
             try:
                 Job.objects.bound_statements()
                 jobs = Job.objects.claim_for_batch(
-                    self.worker_id, first.job.queue, task.name, room, field=batch.key, value=key,
-                    lease_seconds=lease,
+                    self.worker_id, queue, task.name, room, field=batch.key, value=key, lease_seconds=lease,
+                    seated=seated,
                 )  # fmt: skip
             except DatabaseError as exc:
+                if seated:
+                    self._stand(lane, queue, room)
                 if is_connection_error(exc):
                     connections[jobq_settings().database].close()
                 logger.warning("worker %s: batch of job %s runs with what it has (%s)", self.worker_id,
                                first.job.id, exc)  # fmt: skip
                 return None
+            if seated and room > len(jobs):
+                self._stand(lane, queue, room - len(jobs))
             entries = [
                 Running(job, job.fence, job.attempts, lane, first.timeout, renewed_at=sent) for job in jobs
             ]

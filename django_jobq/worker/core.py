@@ -95,6 +95,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.exit_code = 0
         self.supervision: dict[str, Any] | None = None  # what a supervisor told it (supervisor/link.py)
         self._claimed = 0
+        self._took_seats = False
         self._ended = 0
         self._cycling = 0
         self._unknown_tasks = set()
@@ -211,6 +212,7 @@ class Worker(HeartbeatMixin, SlotMixin):
                 "worker %s: released %d unfinished job(s) to PENDING: %s",
                 self.worker_id, len(released), released,
             )  # fmt: skip
+        self._free_all_seats()
         self.lock_waits.close()  # what still waits is left to the lease, once the row's holder lets go
         wakeup.unregister(self._on_notify)
         self._beat(stopped=True)
@@ -238,5 +240,6 @@ class Worker(HeartbeatMixin, SlotMixin):
             self._wake_all()
         elif lane := self.lanes.get(queue_name) or self.lanes.get(ALL_QUEUES):
             with lane.cond:
+                self._seat_woken(lane, queue_name)
                 lane.woken = True
                 lane.cond.notify_all()

@@ -27,6 +27,7 @@ from .failures import FailureMixin, Report
 from .lanes import Lane, Running
 from .pausing import PauseMixin
 from .rationing import RationMixin
+from .seats import SeatMixin
 
 logger = logging.getLogger("django_jobq")
 GIVE_BACK_RETRY_SECONDS = 1.0  # a give-back the database did not take is tried again after this
@@ -36,7 +37,7 @@ GIVE_BACK_RETRY_SECONDS = 1.0  # a give-back the database did not take is tried 
 LOOK_PAST_SECONDS = 0.2
 
 
-class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
+class DispatchMixin(PauseMixin, RationMixin, SeatMixin, FailureMixin):
     def _budget(self) -> int:
         """Jobs this worker may still claim (max_jobs)."""
         return 1 << 30 if self.max_jobs is None else self.max_jobs - self._claimed
@@ -101,11 +102,13 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                         ended_since = self._ended != lane.claimed_after
                     lane.idle = not ended_since  # a write since may have released jobs: claim again
                 room = lane.capacity(claim_ahead, now) - lane.busy
-                can_claim = not stopping and self._budget() > 0 and room > 0
+                can_claim = not stopping and self._budget() > 0 and (room > 0 or self._seats_due(lane, now))
                 if lane.outcomes or (can_claim and not lane.idle):
                     outcomes, lane.outcomes = lane.outcomes, []
                     return outcomes
                 timeout = max(0.001, min(poll_at, permit_at or poll_at) - now) if lane.idle else 0.5
+                if (seat_at := self._next_seat_take(lane, now)) is not None:  # seats to try for then
+                    timeout = min(timeout, max(0.001, seat_at - now))
                 if lane.unstarted:  # a give-back the database did not take: try again then
                     timeout = min(timeout, max(0.001, lane.give_back_at - now))
                 if not lane.work.empty() and (long_in := lane.next_long_run(now)) is not None:
@@ -122,6 +125,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                 self._give_back_unstarted(lane)
                 if not self.stopping.is_set():
                     self._held(lane)  # the paused queues this cycle leaves out
+                    self._take_seats(lane)  # of the capped queues: they bound the claim
                 with lane.cond:  # a run that finished since this cycle's outcomes were taken is still
                     # RUNNING in the database until the next cycle writes it: it keeps its place
                     claim_ahead = jobq_settings().claim_ahead
@@ -133,7 +137,9 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                     self._cycling += 1  # until its jobs are in _running: no other lane ends meanwhile
                 rations = self._rations(lane, free)  # permits taken for the rate-limited queues
                 asked = self._asked(lane, free, rations)
-                jobs, done, sent = self._cycle(lane, [(r, o) for r, o in outcomes if o.ok], asked, rations)
+                seated = self._seated(lane)
+                successes = [(r, o) for r, o in outcomes if o.ok]
+                jobs, done, sent = self._cycle(lane, successes, asked, rations, seated)
                 if asked:
                     signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=asked,
                                  claimed=len(jobs))  # fmt: skip
@@ -151,6 +157,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                     self.idle_lock.report(lane.queue, starved)
                 self._hand_out(lane, jobs, sent, rations)
                 self._settle_rations(lane, rations, jobs, asked)  # after: the jobs carry this claim's permits
+                self._free_idle_seats(lane, seated, jobs, asked)
                 with self._lock:
                     self._cycling -= 1
                 for report in (*reports, *done):  # after the hand-out: a receiver never delays a job
@@ -172,10 +179,11 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
         return bool(capped) and any(entry.job.task in capped for entry, _ in outcomes)
 
     def _cycle(
-        self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int, rations: dict[str, int]
-    ) -> tuple[list[Job], list[Report], float]:
+        self, lane: Lane, successes: list[tuple[Running, Outcome]], limit: int, rations: dict[str, int],
+        seated: dict[str, int],
+    ) -> tuple[list[Job], list[Report], float]:  # fmt: skip
         """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues, no more
-        of a rate-limited queue than its ``rations``), in one statement; none when there is nothing to
+        of a rate-limited queue than its ``rations``, of a capped one than its ``seated``), in one statement; none when there is nothing to
         write or claim (a paused lane's wake-up). Also returns the monotonic time the statement was
         sent: the claimed jobs' leases run at least that long."""
         lease = jobq_settings().lease_seconds
@@ -192,7 +200,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                 look_past = sent >= lane.look_past_at
                 written, jobs = Job.objects.complete_and_claim(
                     self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past,
-                    rations=rations, task_rations=lane.task_rations,
+                    rations=rations, task_rations=lane.task_rations, seated=seated,
                 )  # fmt: skip
                 if look_past and len(jobs) < limit:  # nothing (more) behind the held-back jobs
                     lane.look_past_at = sent + LOOK_PAST_SECONDS
@@ -315,6 +323,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
                 limited.append(entry)
         if limited:  # a statement: after the jobs are in _running
             self._take_unrationed_permits(lane, limited)
+        self._handed_seated(lane, entries)
         for entry in entries:
             lane.work.put(entry)
 
@@ -341,6 +350,7 @@ class DispatchMixin(PauseMixin, RationMixin, FailureMixin):
             keep = [] if stopping else waiting[: max(0, len(waiting) - surplus)]
             for entry in keep:  # the oldest claims stay, in order, for the slots
                 lane.work.put(entry)
+            self._left_waiting(lane, waiting[len(keep) :])
             entries += waiting[len(keep) :]
         if not entries:
             return

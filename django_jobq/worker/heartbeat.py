@@ -70,6 +70,7 @@ class HeartbeatMixin(DispatchMixin):
             told = [
                 entry for key in beat.asked if (entry := self._running.get(key)) and not entry.cancel.is_set()
             ]
+        self._renew_seats(lease)  # the capped queues' seats (worker/seats.py)
         for key in beat.busy:
             self._renew_when_free(key, lease)
         for entry in told:  # outside the lock: an async task's cancellation is scheduled on its loop

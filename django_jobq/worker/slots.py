@@ -32,16 +32,23 @@ class SlotMixin(BatchSlotMixin):
         )
         try:
             while (entry := lane.work.get()) is not None:
-                if self.stopping.is_set() or not self._still_ours(entry):
+                sat = self._sit(lane, entry)  # a capped queue's job: in a seat (worker/seats.py)
+                if sat is False or self.stopping.is_set() or not self._still_ours(entry):
+                    if sat:
+                        self._stand(lane, entry.job.queue)
                     with lane.cond:  # never started: the dispatcher gives it back
                         lane.unstarted.append(entry)
                         lane.cond.notify_all()
                     continue
                 task = resolve_task(entry.job.task)
-                if task is not None and task.batch is not None:
-                    self._run_batch(lane, number, runner, entry, task)
-                else:
-                    self._run_one(lane, number, runner, entry)
+                try:
+                    if task is not None and task.batch is not None:
+                        self._run_batch(lane, number, runner, entry, task)
+                    else:
+                        self._run_one(lane, number, runner, entry)
+                finally:
+                    if sat:
+                        self._stand(lane, entry.job.queue)
         finally:
             runner.close()
 

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobq import dashboard
-from django_jobq.models import JobStatus, WorkerRecord
+from django_jobq.models import Job, JobStatus, WorkerRecord
 from django_jobq.sql.postgres import stats
 from tests.conftest import explain, plan_nodes
 from tests.integration.conftest import dead_job, make_job, running_job
@@ -115,9 +115,10 @@ def test_dashboard_figures(python_clock):
 def test_dashboard_shows_the_queues_and_tasks_limits(settings, admin_client):
     settings.JOBQ = {"QUEUES": {"emails": {"MAX_RUNNING": 4, "RATE_LIMIT": "3/10s", "MAX_DEPTH": 500}}}
     _seed_dashboard()
+    Job.objects.take_seats("w1", "emails", cap=4, want=2)
     snap = dashboard.snapshot()
     emails = next(q for q in snap.queues if q.queue == "emails")
-    assert (emails.max_running, emails.max_depth, emails.rate_limit) == (4, 500, "3/10s")
+    assert (emails.max_running, emails.seats, emails.max_depth, emails.rate_limit) == (4, 2, 500, "3/10s")
     limits = {t.task: t for t in snap.tasks}
     assert set(limits) >= {"test.capped", "test.capped_per_key", "test.rate_limited"}
     assert (limits["test.capped"].running, limits["test.capped"].max_running) == (1, 2)
@@ -125,6 +126,7 @@ def test_dashboard_shows_the_queues_and_tasks_limits(settings, admin_client):
     assert limits["test.rate_limited"].rate_limit == "5/s" and limits["test.rate_limited"].running == 0
     page = admin_client.get(DASHBOARD).content.decode()
     assert "≤ 3/10s" in page and 'id="jobq-task-limits"' in page and "test.rate_limited" in page
+    assert "(2 of 4 seats)" in page
     assert 'id="jobq-cancelled-60m">3 / 4<' in page
     text = dashboard.format_table(snap)
     assert "rate limit: queue emails starts at most 3/10s" in text and "test.capped" in text

@@ -239,21 +239,23 @@ def test_a_supervisors_processes_are_listed_together_with_what_it_last_told_them
 
 
 @pytest.mark.django_db(transaction=True)
-def test_stats_show_depth_and_running_against_their_limits(settings):
+def test_stats_show_depth_against_its_limit_and_a_capped_queues_seats_held(settings):
     from django.core.management import call_command
 
     settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_DEPTH": 100, "MAX_RUNNING": 4}}}
     Job.objects.enqueue("test.noop", queue="capped")
     Job.objects.enqueue("test.noop", queue="capped")
     Job.objects.claim("w1", queues=["capped"])
+    Job.objects.take_seats("w1", "capped", cap=4, want=3)
     out = StringIO()
     call_command("jobq_stats", stdout=out)
     line = next(line for line in out.getvalue().splitlines() if line.startswith("capped"))
-    assert "1/100" in line and "1/4" in line
+    assert "1/100" in line and "1 (3/4 seats)" in line
     out = StringIO()
     call_command("jobq_stats", "--json", stdout=out)
     queue = next(q for q in json.loads(out.getvalue())["queues"] if q["queue"] == "capped")
     assert (queue["pending"], queue["max_depth"], queue["running"], queue["max_running"]) == (1, 100, 1, 4)
+    assert queue["seats"] == 3
 
 
 @pytest.mark.django_db(transaction=True)

@@ -33,6 +33,25 @@ def sleep(seconds: float, **kwargs):
     return seconds
 
 
+@django_jobq.task(name="test.occupy", takes_context=True)
+def occupy(context, log: str, seconds: float = 0.0, **kwargs):
+    """Append "<monotonic time> +1 <job id> <worker id>" to ``log`` as the body starts, and the same
+    with -1 as it ends (each line one O_APPEND write: whole lines from any process; CLOCK_MONOTONIC is
+    the machine's, shared by all of them), so a test can count the bodies running at once
+    (tests/occupancy.py)."""
+    _note(log, +1, context)
+    time.sleep(seconds)
+    _note(log, -1, context)
+
+
+def _note(log: str, step: int, context) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{time.monotonic():.9f} {step:+d} {context.job_id} {context.worker_id}\n".encode())
+    finally:
+        os.close(fd)
+
+
 @django_jobq.task(name="test.record", takes_context=True)
 def record(context, pause: float = 0.0, **kwargs):
     """Log the execution, then optionally pause (so a drain or a restart can catch it running)."""

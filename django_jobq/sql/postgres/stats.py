@@ -104,6 +104,10 @@ GROUP BY queue, status, ago
 # dashboard's task limits.
 RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING} GROUP BY task"
 
+# seats_held: per capped queue, its seats held now (unexpired): jobs of it that may run at once
+# (MAX_RUNNING's seats, worker/seats.py). One row per seat of a capped queue. Read-only.
+SEATS_HELD = f"SELECT queue, count(*) FROM jobq_cap_seat WHERE holder IS NOT NULL AND lease_until >= {NOW} GROUP BY queue"
+
 # health: for the metrics' collector, one row: the workers alive (not stopped, a heartbeat within the
 # last %(alive)s seconds: jobq_worker_seen), the seconds left on the reaper's lease (NULL: no reaper
 # ever ran; negative: none holds it now), the sizes of jobq_job and of its indexes in bytes (read

@@ -57,6 +57,8 @@ GROUP BY queue, status, ago
 """
 
 RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING} GROUP BY task"
+# no capped queues on SQLite: its seats table stays empty (sql/postgres/stats.py)
+SEATS_HELD = f"SELECT queue, count(*) FROM jobq_cap_seat WHERE holder IS NOT NULL AND lease_until >= {NOW} GROUP BY queue"
 
 # health: as PostgreSQL's, without the sizes and the oldest transaction (NULL).
 HEALTH = f"""

@@ -1,0 +1,67 @@
+"""PostgreSQL: the seats of capped queues (JOBQ["QUEUES"][q]["MAX_RUNNING"], worker/seats.py). A
+worker starts a job of a capped queue only in a seat it holds; a queue has one row per seat, numbered
+0 .. cap - 1, so the seats held at any moment never outnumber the cap. Each statement runs alone, in
+autocommit, on the caller's connection.
+
+Why two workers never hold one seat: a seat changes hands only by SEAT_TAKE, whose UPDATE locks the
+row and, under READ COMMITTED, re-checks its WHERE on the row's latest committed version (a concurrent
+take that committed first makes the seat held and unexpired again: the row is skipped). A holder's
+renewal and release name the fence its take returned, and every take adds one, so a holder whose lease
+ran out and whose seat was taken since changes nothing with either: it learns the seat is lost.
+Expiry is the database clock's, as for job leases: lease_until < now(). The worker keeps its own
+margin (it starts no job in a seat whose last renewal it sent more than a lease less a heartbeat ago),
+so a seat is never taken over while its holder may still start a job in it."""
+
+from .terms import NOW
+
+_LEASE = f"{NOW} + make_interval(secs => %(lease)s)"
+
+# seat_seed: the queue's seats up to its cap, made once (a missing seat is made here, never by a take:
+# an INSERT and an UPDATE in one statement would not see each other's rows).
+SEAT_SEED = """
+INSERT INTO jobq_cap_seat (queue, seat) SELECT %(queue)s, n FROM generate_series(0, %(cap)s::int - 1) AS n
+ON CONFLICT (queue, seat) DO NOTHING
+"""
+
+# seat_take: up to %(want)s free seats of the queue below its cap (never held, released, or their
+# lease run out), lowest first, for %(worker_id)s; each its new fence; and a last row (NULL, the
+# queue's seats below its cap as the statement's snapshot shows them): fewer than the cap says that
+# SEAT_SEED is due. SKIP LOCKED: seats another take holds right now are left to it, never waited for.
+SEAT_TAKE = f"""
+WITH taken AS (
+    UPDATE jobq_cap_seat AS s SET holder = %(worker_id)s, fence = s.fence + 1, lease_until = {_LEASE}
+    FROM (
+        SELECT queue, seat FROM jobq_cap_seat
+        WHERE queue = %(queue)s AND seat < %(cap)s::int AND (holder IS NULL OR lease_until < {NOW})
+        ORDER BY seat LIMIT %(want)s FOR UPDATE SKIP LOCKED
+    ) AS free
+    WHERE s.queue = free.queue AND s.seat = free.seat
+    RETURNING s.seat, s.fence
+)
+SELECT seat, fence FROM taken
+UNION ALL
+SELECT NULL, count(*) FROM jobq_cap_seat WHERE queue = %(queue)s AND seat < %(cap)s::int
+"""
+
+# seat_renew: extend the leases of the seats %(worker_id)s still holds, named (queue, seat, fence);
+# those returned are still its own, any other is lost (taken over after its lease ran out).
+SEAT_RENEW = f"""
+UPDATE jobq_cap_seat AS s SET lease_until = {_LEASE}
+FROM unnest(%(queues)s::text[], %(seats)s::int[], %(fences)s::bigint[]) AS h(queue, seat, fence)
+WHERE s.queue = h.queue AND s.seat = h.seat AND s.fence = h.fence AND s.holder = %(worker_id)s
+RETURNING s.queue, s.seat
+"""
+
+# seat_release: free the seats named as for seat_renew (a lost one is left as it is).
+SEAT_RELEASE = """
+UPDATE jobq_cap_seat AS s SET holder = NULL, lease_until = NULL
+FROM unnest(%(queues)s::text[], %(seats)s::int[], %(fences)s::bigint[]) AS h(queue, seat, fence)
+WHERE s.queue = h.queue AND s.seat = h.seat AND s.fence = h.fence AND s.holder = %(worker_id)s
+RETURNING s.queue, s.seat
+"""
+
+# seat_release_all: a stopping worker frees every seat it holds, known to it or not.
+SEAT_RELEASE_ALL = """
+UPDATE jobq_cap_seat SET holder = NULL, lease_until = NULL WHERE holder = %(worker_id)s
+RETURNING queue, seat
+"""

@@ -1,0 +1,195 @@
+"""The seats of capped queues (managers/seats.py, sql/postgres/seats.py, worker/seats.py): never more
+seats held than the cap, across workers taking them at the same moment; a seat whose lease ran out
+changes hands with a new fence, and its old holder can neither renew nor free it; a worker claims ahead
+of its seats but starts no more jobs than it holds, frees its seats once idle or stopped, and a worker
+cut off from the database starts nothing in a seat another worker may have taken."""
+
+import datetime as dt
+import json
+import threading
+
+import pytest
+import time_machine
+from django.db import connection, connections
+
+from django_jobq.exceptions import JobqError
+from django_jobq.managers import NewJob
+from django_jobq.models import CapSeat, Job, JobStatus
+from tests.conftest import start_worker, wait_until
+from tests.occupancy import notes, peak
+from tests.servers.proxy import PausableProxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def holders(queue: str = "q") -> dict[int, str | None]:
+    return dict(CapSeat.objects.filter(queue=queue).values_list("seat", "holder"))
+
+
+@pytest.mark.p0
+def test_no_more_seats_than_the_cap_are_held_across_workers():
+    first = Job.objects.take_seats("a", "q", cap=3, want=5)
+    assert sorted(seat for seat, _ in first) == [0, 1, 2]
+    assert Job.objects.take_seats("b", "q", cap=3, want=1) == []
+    assert holders() == {0: "a", 1: "a", 2: "a"}
+
+
+@pytest.mark.p0
+def test_concurrent_takes_never_share_a_seat():
+    """Twelve threads, each on its own connection, take two seats of a queue capped at 5 at once."""
+    taken: dict[str, list[int]] = {}
+    gate = threading.Barrier(12)
+
+    def take(worker: str) -> None:
+        try:
+            gate.wait(10)
+            taken[worker] = [seat for seat, _ in Job.objects.take_seats(worker, "q", cap=5, want=2)]
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=take, args=(f"w{n}",)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    seats = [seat for mine in taken.values() for seat in mine]
+    assert len(taken) == 12 and sorted(seats) == sorted(set(seats)) and set(seats) <= set(range(5))
+    assert {seat: holder for seat, holder in holders().items() if holder} == {
+        seat: worker for worker, mine in taken.items() for seat in mine
+    }
+
+
+@pytest.mark.p0
+def test_a_seat_whose_lease_ran_out_changes_hands_and_its_old_holder_cannot_renew_or_free_it(python_clock):
+    with time_machine.travel(T0, tick=False) as clock:
+        [(seat, fence)] = Job.objects.take_seats("a", "q", cap=1, want=1, lease_seconds=10)
+        clock.shift(9)
+        assert Job.objects.take_seats("b", "q", cap=1, want=1) == []  # not yet
+        assert Job.objects.renew_seats("a", [("q", seat, fence)], 10) == {("q", seat)}
+        clock.shift(11)
+        [(again, new_fence)] = Job.objects.take_seats("b", "q", cap=1, want=1, lease_seconds=10)
+        assert (again, new_fence) == (seat, fence + 1)
+        assert Job.objects.renew_seats("a", [("q", seat, fence)], 10) == set()
+        assert Job.objects.release_seats("a", [("q", seat, fence)]) == 0
+        assert Job.objects.release_seats("a") == 0
+        assert holders() == {0: "b"}
+        assert Job.objects.release_seats("b", [("q", again, new_fence)]) == 1
+        assert holders() == {0: None}
+
+
+def test_a_lowered_cap_leaves_the_seats_past_it_and_a_raised_cap_makes_its_new_ones():
+    Job.objects.take_seats("a", "q", cap=4, want=4)
+    assert Job.objects.release_seats("a") == 4
+    assert sorted(seat for seat, _ in Job.objects.take_seats("a", "q", cap=2, want=4)) == [0, 1]
+    assert sorted(seat for seat, _ in Job.objects.take_seats("b", "q", cap=6, want=9)) == [2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("worker", "queue", "cap", "want"),
+    [("a\x00b", "q", 2, 1), ("a", "q\ud800", 2, 1), ("a", "q'; DROP TABLE jobq_job; --", 0, 1), ("a", "q", 2, 0),
+     ("a", "x" * 10_000, 2, 1), ("a", "q", 10**9, 1)],
+)  # fmt: skip
+def test_hostile_seat_requests_are_refused_before_anything_is_written(worker, queue, cap, want):
+    with pytest.raises(JobqError):
+        Job.objects.take_seats(worker, queue, cap=cap, want=want)
+    assert not CapSeat.objects.exists()
+
+
+def test_a_capped_lane_claims_ahead_and_starts_no_more_than_its_seats(settings, worker_thread, tmp_path):
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 2}}, "CLAIM_AHEAD": 4}
+    log = tmp_path / "occupy.log"
+    ids = Job.objects.enqueue_many(
+        NewJob("test.occupy", {"log": str(log), "seconds": 0.01}, queue="capped") for _ in range(60)
+    )
+    held = []
+    worker_thread({"capped": 6})
+
+    def sample() -> bool:
+        held.append(Job.objects.filter(queue="capped", status=JobStatus.RUNNING).count())
+        return Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 60
+
+    wait_until(sample, interval=0.005, message="every job done")
+    assert peak(log) == (2, 60)
+    assert max(held) > 2  # jobs claimed ahead of the seats, waiting in the lane without one
+    wait_until(lambda: set(holders("capped").values()) == {None}, message="the idle worker freed its seats")
+
+
+def test_a_stopped_worker_frees_its_seats(settings, worker_thread):
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 3}}}
+    job = Job.objects.enqueue("test.sleep", {"seconds": 0.5}, queue="capped")
+    worker = worker_thread({"capped": 2})
+    wait_until(lambda: Job.objects.get(id=job).status == JobStatus.RUNNING, message="the run")
+    assert sorted(h for h in holders("capped").values() if h) == [worker.worker_id] * 2
+    worker.stop()
+    wait_until(worker.finished.is_set, message="the worker stopped")
+    assert set(holders("capped").values()) == {None}
+    assert Job.objects.get(id=job).status == JobStatus.DONE
+
+
+def test_a_worker_whose_seat_renewals_stop_starts_nothing_once_they_may_have_run_out(
+    settings, worker_thread, tmp_path
+):
+    """Worker A's heartbeat stops renewing its seat (its jobs' leases still renewed, its claims still
+    answered): once the seat's last renewal is older than a lease less a heartbeat, A starts none of
+    the jobs it claims; B takes the seat when its lease runs out. Never two bodies at once."""
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 1}}, "LEASE_SECONDS": 3,
+                     "HEARTBEAT_SECONDS": 1, "POLL_INTERVAL": 0.2}  # fmt: skip
+    log = tmp_path / "occupy.log"
+    ids = Job.objects.enqueue_many(
+        NewJob("test.occupy", {"log": str(log), "seconds": 0.01}, queue="capped") for _ in range(300)
+    )
+    a = worker_thread({"capped": 1}, worker_id="A")
+    a._renew_seats = lambda lease: None
+    wait_until(lambda: log.exists() and peak(log)[1] >= 5, message="A to run some jobs")
+    worker_thread({"capped": 1}, worker_id="B")
+    done = Job.objects.filter(id__in=ids, status=JobStatus.DONE)
+    wait_until(lambda: done.count() == 300, timeout=60, message="every job done")
+    a_starts = [n.at for n in notes(log) if n.worker_id == "A" and n.step > 0]
+    b_starts = [n.at for n in notes(log) if n.worker_id == "B" and n.step > 0]
+    assert peak(log) == (1, 300)
+    assert a_starts and b_starts and max(a_starts) < min(b_starts)
+
+
+@pytest.mark.serial  # cuts a worker's link: never beside other database tests
+@pytest.mark.slow
+@pytest.mark.p0
+def test_a_worker_cut_off_starts_nothing_in_a_seat_another_worker_may_have_taken(
+    settings, worker_thread, tmp_path
+):
+    """Worker A runs a queue capped at 1 through a proxy that stops forwarding while A holds the seat
+    and has jobs claimed ahead. A starts none once its last renewal is older than a lease less a
+    heartbeat; worker B takes the seat once its lease ran out and runs the rest (A's claimed-ahead jobs
+    once the reaper returns them). Never two bodies at once, every job done."""
+    fast = {"JOBQ_LEASE_SECONDS": "3", "JOBQ_HEARTBEAT_SECONDS": "1", "JOBQ_POLL_INTERVAL": "0.2"}
+    queues = {"capped": {"MAX_RUNNING": 1}}
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": queues, "LEASE_SECONDS": 3, "HEARTBEAT_SECONDS": 1}
+    log = tmp_path / "occupy.log"
+    ids = Job.objects.enqueue_many(
+        NewJob("test.occupy", {"log": str(log), "seconds": 0.02}, queue="capped") for _ in range(400)
+    )
+    db = connection.settings_dict
+    target = (db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432))
+    with PausableProxy(target) as proxy:
+        url = f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{proxy.port}/{db['NAME']}"
+        env = {**fast, "DATABASE_URL": url, "JOBQ_QUEUES": json.dumps(queues), "JOBQ_CLAIM_AHEAD": "8"}
+        a = start_worker("--queues", "capped:1", "--worker-id", "A", env=env)
+        try:
+            wait_until(lambda: log.exists() and peak(log)[1] >= 20, message="A to run some jobs")
+            proxy.pause()
+            worker_thread({"capped": 1}, worker_id="B")
+            done = Job.objects.filter(id__in=ids, status=JobStatus.DONE)
+            wait_until(lambda: Job.objects.reap() is None or done.count() == 400, timeout=120,
+                       message="B to run the rest")  # fmt: skip
+        finally:
+            proxy.resume()
+            a.terminate()
+            a.wait(30)
+    runs = notes(log)
+    assert peak(log)[0] == 1
+    a_starts = [n.at for n in runs if n.worker_id == "A" and n.step > 0]
+    b_starts = [n.at for n in runs if n.worker_id == "B" and n.step > 0]
+    assert len(a_starts) >= 20 and len(b_starts) >= 300 and max(a_starts) < min(b_starts), (
+        len(a_starts), len(b_starts), min(b_starts) - max(a_starts),
+    )  # fmt: skip
