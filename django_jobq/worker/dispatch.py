@@ -333,8 +333,9 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, FailureMixin):
         may have run out) and the surplus waiting behind long runs (Lane.surplus), newest first. Left
         RUNNING if the statement fails: the lease, or the shutdown's release, takes them."""
         stopping = self.stopping.is_set()
+        parked = self._unpark(lane, stopping)  # parked for a capped queue's seat (worker/seats.py)
         with lane.cond:
-            entries, lane.unstarted = lane.unstarted, []
+            entries, lane.unstarted = [*parked, *lane.unstarted], []
             surplus = lane.surplus(jobq_settings().claim_ahead, time.monotonic())
         if stopping or surplus:
             waiting: list[Running] = []

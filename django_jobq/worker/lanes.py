@@ -115,7 +115,7 @@ class Lane:
     # its queue's alone, and it uses no more slots at once than it holds seats)
     seats: dict[str, SeatPool] = field(default_factory=dict)
 
-    def _short(self) -> bool:
+    def short(self) -> bool:
         return self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS
 
     def _usable_slots(self, now: float) -> int:
@@ -144,7 +144,7 @@ class Lane:
         A slot whose current run has outlasted the threshold earns no job ahead: nothing waits behind
         a long run. The heartbeat renews a claimed-ahead job's lease meanwhile, and a stopping worker
         gives it back at once. Holds cond."""
-        if not self._short():
+        if not self.short():
             return self._usable_slots(now)
         return self._usable_slots(now) + self.ahead(claim_ahead) * self._short_slots(now)
 
@@ -154,7 +154,7 @@ class Lane:
         ``ahead``: a cycle slower than the last only stops claiming more, it gives nothing back. Holds
         cond."""
         free = max(0, self._usable_slots(now) - len(self.started))
-        ahead = claim_ahead * self._short_slots(now) if self._short() else 0
+        ahead = claim_ahead * self._short_slots(now) if self.short() else 0
         return max(0, self.work.qsize() - free - ahead)
 
     def next_long_run(self, now: float) -> float | None:

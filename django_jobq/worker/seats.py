@@ -4,11 +4,12 @@ no more of its jobs run at once across every worker than its cap.
 
 A lane takes seats before it claims, up to the cap or its slots, whichever is fewer, and claims against
 them without the cap's lock or count:
-- a lane of the capped queue alone (``--queues reports:4``) claims ahead as any lane does (a job claimed
-  ahead holds no seat: it waits in the lane, leased, until a slot starts it in a free seat), so its
-  slots never wait for a round trip between two jobs;
-- the "*" lane claims no more of a capped queue's jobs than it has seats free (its slots are shared
-  with other queues, so none of them may wait for a seat).
+- a lane claims ahead of its seats as it does of its slots (a job claimed ahead holds no seat: it
+  waits in the lane, leased, until a slot starts it in a free seat), so a slot never waits for a round
+  trip between two jobs;
+- in a lane of the capped queue alone (``--queues reports:4``) a slot that takes a job while every
+  seat is in use waits for one; in the "*" lane, whose slots serve other queues too, it parks the job
+  and goes on, and the slot whose job of that queue ends next runs the parked job in its seat.
 A claim that found fewer of a queue's jobs than it could take, while none of them runs or waits in the
 lane, frees the lane's seats of that queue, so an idle worker holds none; the lane takes seats again at
 a wake-up for the queue or the poll interval.
@@ -20,9 +21,10 @@ its seats. A batch's further jobs each take a free seat too (the cap counts jobs
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,6 +43,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_jobq")
 
 
+class Sat(enum.Enum):
+    """What a slot may do with a job it took (SeatMixin._sit)."""
+
+    FREE = "not a capped queue's job: start it"
+    SEATED = "start it in the seat taken"
+    PARKED = "every seat in use: the job waits for one, the slot goes on"
+    REFUSED = "give it back unstarted"
+
+
 @dataclass(eq=False)
 class SeatPool:
     """The seats one lane holds for one capped queue, guarded by the lane's cond."""
@@ -51,6 +62,9 @@ class SeatPool:
     held: dict[int, tuple[int, float]] = field(default_factory=dict)
     in_use: int = 0  # the queue's jobs running in the lane's slots, one per seat
     waiting: int = 0  # the queue's jobs handed to the lane and not yet taken by a slot
+    # the "*" lane: jobs a slot took while every seat was in use, each run next by a slot whose job of
+    # the queue ends (so no slot of the lane ever waits for a seat)
+    parked: deque[Running] = field(default_factory=deque)
     take_at: float = 0.0  # monotonic time before which the lane does not try to take seats again
 
     def usable(self, now: float) -> int:
@@ -126,16 +140,22 @@ class SeatMixin(WorkerBase):
         return pool.take_at if pool is not None and pool.take_at > now else None
 
     def _seated(self, lane: Lane) -> dict[str, int]:
-        """The capped queues the "*" lane claims from, each with the jobs its seats leave room for
-        (free seats less the queue's jobs waiting for a slot); a queue's own lane claims by its
-        capacity (Lane.capacity: no more slots than its usable seats) and is listed alone."""
+        """The capped queues the "*" lane claims from, each with the jobs its seats leave room for: a
+        job per usable seat, and while the lane's runs are short as many ahead per seat as the lane
+        claims ahead per slot, less the queue's jobs running, waiting and parked. A queue's own lane
+        claims by its capacity (Lane.capacity: no more slots than its usable seats) and is listed
+        alone."""
         held = set(lane.held)  # paused: not claimed
         if lane.claims is not None:
             return {lane.claims: 1 << 30} if lane.claims in lane.seats and lane.claims not in held else {}
         now = time.monotonic()
+        claim_ahead = jobq_settings().claim_ahead
         with lane.cond:
+            per_seat = 1 + (lane.ahead(claim_ahead) if lane.short() else 0)
             return {
-                q: max(0, pool.free(now) - pool.waiting) for q, pool in lane.seats.items() if q not in held
+                q: max(0, pool.usable(now) * per_seat - pool.in_use - pool.waiting - len(pool.parked))
+                for q, pool in lane.seats.items()
+                if q not in held
             }
 
     def _free_idle_seats(self, lane: Lane, seated: dict[str, int], jobs: list[Job], asked: int) -> None:
@@ -147,7 +167,7 @@ class SeatMixin(WorkerBase):
         now = time.monotonic()
         with lane.cond:
             for queue, pool in lane.seats.items():
-                if not pool.held or pool.in_use or pool.waiting:
+                if not pool.held or pool.in_use or pool.waiting or pool.parked:
                     continue
                 if queue in seated:  # not paused: idle when the claim found fewer than it could take
                     could = asked if lane.claims is not None else seated[queue]
@@ -182,31 +202,63 @@ class SeatMixin(WorkerBase):
                 if (pool := lane.seats.get(entry.job.queue)) is not None:
                     pool.waiting -= 1
 
-    def _sit(self, lane: Lane, entry: Running) -> bool | None:
-        """A slot took ``entry`` off the lane's queue: True once it holds a seat to start it in, None
-        when its queue has no seats (not capped). A queue's own lane waits for a seat; the "*" lane
-        does not (its claim counted on a seat since lost). False (give it back) when it gets none."""
+    def _sit(self, lane: Lane, entry: Running) -> Sat:
+        """A slot took ``entry`` off the lane's queue: may it start it? A capped queue's job needs a
+        free seat: a queue's own lane waits for one while it holds a usable seat; the "*" lane parks the
+        job when every seat is in use (a slot whose job of the queue ends runs it next). REFUSED (give it
+        back) when stopping, or when no seat is usable (renewals stopped reaching the database)."""
         pool = lane.seats.get(entry.job.queue)
         if pool is None:
-            return None
+            return Sat.FREE
         with lane.cond:
             pool.waiting -= 1
             while not self.stopping.is_set() and not entry.lost:
                 now = time.monotonic()
                 if pool.free(now) > 0:
                     pool.in_use += 1
-                    return True
-                if lane.claims is None or not pool.usable(now):  # no seat to wait for: back it goes
+                    return Sat.SEATED
+                if not pool.usable(now):
                     break
+                if lane.claims is None:
+                    pool.parked.append(entry)
+                    return Sat.PARKED
                 lane.cond.wait(timeout=0.25)
-        return False
+        return Sat.REFUSED
 
-    def _stand(self, lane: Lane, queue: str, n: int = 1) -> None:
-        """``n`` jobs of ``queue`` ended in the lane's slots: their seats are free."""
+    def _stand(self, lane: Lane, queue: str, n: int = 1) -> Running | None:
+        """``n`` jobs of ``queue`` ended in the lane's slots: their seats are free. The parked job the
+        calling slot is to run next, if any (in the seat it just freed, unless another slot takes it
+        first: then it is parked again); with no usable seat left, the parked jobs go back."""
         with lane.cond:
-            if (pool := lane.seats.get(queue)) is not None:
-                pool.in_use -= n
-                lane.cond.notify_all()
+            pool = lane.seats.get(queue)
+            if pool is None:
+                return None
+            pool.in_use -= n
+            lane.cond.notify_all()
+            if not pool.parked or self.stopping.is_set():
+                return None
+            now = time.monotonic()
+            if pool.free(now) > 0:
+                pool.waiting += 1  # back in the lane's hands: _sit counts it out again
+                return pool.parked.popleft()
+            if not pool.usable(now):
+                lane.unstarted += pool.parked
+                pool.parked.clear()
+            return None
+
+    def _unpark(self, lane: Lane, everything: bool) -> list[Running]:
+        """Parked jobs to give back: all of them when ``everything`` (stopping), else those of pools
+        whose seats are no longer usable or whose runs are no longer short (parked jobs would wait behind
+        them)."""
+        out: list[Running] = []
+        now = time.monotonic()
+        with lane.cond:
+            long_runs = lane.run_seconds is not None and not lane.short()
+            for pool in lane.seats.values():
+                if pool.parked and (everything or long_runs or not pool.usable(now)):
+                    out += pool.parked
+                    pool.parked.clear()
+        return out
 
     def _sit_more(self, lane: Lane, queue: str, most: int) -> int:
         """A batch's further jobs: seats for up to ``most`` of them, taken now, without waiting (more

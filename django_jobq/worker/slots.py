@@ -15,6 +15,7 @@ from .batching import BatchSlotMixin
 from .classify import Outcome, class_path, format_error, timeout_outcome
 from .lanes import Lane, Running
 from .runner import SlotRunner
+from .seats import Sat
 from .side import SideWriter
 
 logger = logging.getLogger("django_jobq")
@@ -32,25 +33,31 @@ class SlotMixin(BatchSlotMixin):
         )
         try:
             while (entry := lane.work.get()) is not None:
-                sat = self._sit(lane, entry)  # a capped queue's job: in a seat (worker/seats.py)
-                if sat is False or self.stopping.is_set() or not self._still_ours(entry):
-                    if sat:
-                        self._stand(lane, entry.job.queue)
-                    with lane.cond:  # never started: the dispatcher gives it back
-                        lane.unstarted.append(entry)
-                        lane.cond.notify_all()
-                    continue
-                task = resolve_task(entry.job.task)
-                try:
-                    if task is not None and task.batch is not None:
-                        self._run_batch(lane, number, runner, entry, task)
-                    else:
-                        self._run_one(lane, number, runner, entry)
-                finally:
-                    if sat:
-                        self._stand(lane, entry.job.queue)
+                while entry is not None:  # and then the parked job its seat is handed to, if any
+                    entry = self._turn(lane, number, runner, entry)
         finally:
             runner.close()
+
+    def _turn(self, lane: Lane, number: int, runner: SlotRunner, entry: Running) -> Running | None:
+        """Run one claimed job, a capped queue's in a seat (worker/seats.py); the parked job to run
+        next in the seat it leaves, if any."""
+        sat = self._sit(lane, entry)
+        if sat is Sat.PARKED:
+            return None
+        if sat is Sat.REFUSED or self.stopping.is_set() or not self._still_ours(entry):
+            with lane.cond:  # never started: the dispatcher gives it back
+                lane.unstarted.append(entry)
+                lane.cond.notify_all()
+            return self._stand(lane, entry.job.queue) if sat is Sat.SEATED else None
+        task = resolve_task(entry.job.task)
+        try:
+            if task is not None and task.batch is not None:
+                self._run_batch(lane, number, runner, entry, task)
+            else:
+                self._run_one(lane, number, runner, entry)
+        finally:
+            after = self._stand(lane, entry.job.queue) if sat is Sat.SEATED else None
+        return after
 
     def _still_ours(self, entry: Running) -> bool:
         """May a slot start this job now? Not when a heartbeat found it lost, nor when its lease may

@@ -24,6 +24,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 
 
+def end_sessions(ports: list[int]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE client_port = ANY(%s)", [ports]
+        )
+
+
 def holders(queue: str = "q") -> dict[int, str | None]:
     return dict(CapSeat.objects.filter(queue=queue).values_list("seat", "holder"))
 
@@ -97,14 +104,17 @@ def test_hostile_seat_requests_are_refused_before_anything_is_written(worker, qu
     assert not CapSeat.objects.exists()
 
 
-def test_a_capped_lane_claims_ahead_and_starts_no_more_than_its_seats(settings, worker_thread, tmp_path):
+@pytest.mark.parametrize("lane", ["capped", "*"])  # the queue's own lane waits for a seat, "*" parks
+def test_a_lane_claims_ahead_of_its_seats_and_starts_no_more_than_it_holds(
+    settings, worker_thread, tmp_path, lane
+):
     settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 2}}, "CLAIM_AHEAD": 4}
     log = tmp_path / "occupy.log"
     ids = Job.objects.enqueue_many(
         NewJob("test.occupy", {"log": str(log), "seconds": 0.01}, queue="capped") for _ in range(60)
     )
     held = []
-    worker_thread({"capped": 6})
+    worker_thread({lane: 6})
 
     def sample() -> bool:
         held.append(Job.objects.filter(queue="capped", status=JobStatus.RUNNING).count())
@@ -114,6 +124,27 @@ def test_a_capped_lane_claims_ahead_and_starts_no_more_than_its_seats(settings, 
     assert peak(log) == (2, 60)
     assert max(held) > 2  # jobs claimed ahead of the seats, waiting in the lane without one
     wait_until(lambda: set(holders("capped").values()) == {None}, message="the idle worker freed its seats")
+
+
+def test_a_stopping_star_lane_gives_back_the_jobs_it_parked_unstarted(settings, worker_thread, tmp_path):
+    """A "*" lane stopped while it holds jobs of a capped queue claimed ahead (parked behind the one
+    seat, or waiting): every job ends DONE, having run once, or PENDING with no attempt used."""
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 1}}, "CLAIM_AHEAD": 4}
+    log = tmp_path / "occupy.log"
+    ids = Job.objects.enqueue_many(
+        NewJob("test.occupy", {"log": str(log), "seconds": 0.005}, queue="capped") for _ in range(2000)
+    )
+    worker = worker_thread({"*": 4})
+    wait_until(lambda: log.exists() and peak(log)[1] >= 50, message="some jobs to run")
+    worker.stop()
+    wait_until(worker.finished.is_set, message="the worker stopped")
+    states = dict(Job.objects.filter(id__in=ids).values_list("id", "status"))
+    done = {job_id for job_id, status in states.items() if status == JobStatus.DONE}
+    started = [note.job_id for note in notes(log) if note.step > 0]
+    assert sorted(started) == sorted(done) and len(done) < 2000
+    assert set(states.values()) == {JobStatus.DONE, JobStatus.PENDING}
+    assert not Job.objects.filter(id__in=ids, status=JobStatus.PENDING, attempts__gt=0).exists()
+    assert peak(log)[0] == 1 and set(holders("capped").values()) == {None}
 
 
 def test_a_stopped_worker_frees_its_seats(settings, worker_thread):
@@ -180,6 +211,9 @@ def test_a_worker_cut_off_starts_nothing_in_a_seat_another_worker_may_have_taken
             proxy.pause()
             worker_thread({"capped": 1}, worker_id="B")
             done = Job.objects.filter(id__in=ids, status=JobStatus.DONE)
+            # A statement cut in flight may hold its rows' locks until the server finds its client
+            # gone (its TCP keepalives): end A's sessions as those would, so that nothing waits on it.
+            end_sessions(proxy.upstream_ports())
             wait_until(lambda: Job.objects.reap() is None or done.count() == 400, timeout=120,
                        message="B to run the rest")  # fmt: skip
         finally:

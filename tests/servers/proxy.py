@@ -38,6 +38,13 @@ class PausableProxy:
     def resume(self) -> None:
         self._flowing.set()
 
+    def upstream_ports(self) -> list[int]:
+        """The local ports of the proxy's connections to the target (pg_stat_activity.client_port of
+        the sessions it carries), so that a test can end them as the server does when its keepalives
+        find the client gone."""
+        with self._lock:
+            return [server.getsockname()[1] for _, server in self._pairs if server.fileno() != -1]
+
     def close(self) -> None:
         self._closed.set()
         self._flowing.set()
