@@ -263,6 +263,13 @@ def _figures(connection: BaseDatabaseWrapper) -> list[GaugeMetricFamily]:
         )
         oldest_family.add_metric([], oldest_xact or 0.0)
         families += [size, oldest_family]
+    if caps := conf.caps():
+        held = dict(run(engine.stats.SEATS_HELD))
+        families.append(
+            per_queue("jobq_queue_seats_held",
+                      "Seats of a capped queue (MAX_RUNNING) that workers hold: its jobs that may run at once.",
+                      {q: held.get(q, 0) for q in caps})
+        )  # fmt: skip
     if conf.fair_queues() and now is not None:
         families += _fair_families(functools.partial(run, engine.stats.FAIR_KEYS), engine.text_time, now)
     return families

@@ -163,6 +163,19 @@ PER_QUEUE = ("jobq_queue_due_jobs", "jobq_queue_lag_seconds", "jobq_queue_expire
 STATES = ("pending", "running", "dead", "waiting")
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_capped_queues_seats_held_are_a_gauge(fresh_figures, settings):
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 5}, "idle": {"MAX_RUNNING": 2}}}
+    Job.objects.take_seats("w1", "capped", cap=5, want=2)
+    Job.objects.take_seats("w2", "capped", cap=5, want=1)
+    found = samples()
+    assert found["jobq_queue_seats_held", (("queue", "capped"),)] == 3
+    assert found["jobq_queue_seats_held", (("queue", "idle"),)] == 0
+    assert not [
+        key for key in found if key[0] == "jobq_queue_seats_held" and dict(key[1])["queue"] == "other"
+    ]
+
+
 @pytest.mark.p1
 @pytest.mark.django_db(transaction=True)
 def test_every_known_queue_has_every_series_zeros_included(fresh_figures, settings):
