@@ -37,6 +37,9 @@ class BatchSlotMixin(SeatMixin):
         with lane.cond:
             lane.started[number] = started
         members = [first, *self._fill(lane, first, task)]
+        if not self._seats_fresh(lane, first.job.queue):  # a seat's renewals stopped while it filled
+            self._set_aside(lane, number, members)
+            return
         began = time.monotonic()
         with self._lock:
             for entry in members:
@@ -64,6 +67,19 @@ class BatchSlotMixin(SeatMixin):
             lane.busy -= 1  # the first job's place; the others were never counted in the lane
             lane.ran(time.monotonic() - started)
             lane.outcomes.extend((e, o) for e, o in ended if not o.abandoned)
+            lane.cond.notify_all()
+
+    def _set_aside(self, lane: Lane, number: int, members: list[Running]) -> None:
+        """A batch that may not start: its jobs go back unstarted (the dispatcher gives them back), their
+        seats free (the first's is its slot's)."""
+        with self._lock:
+            lane.current.pop(number, None)
+        if len(members) > 1:
+            self._stand(lane, members[0].job.queue, len(members) - 1)
+        with lane.cond:
+            lane.started.pop(number, None)
+            lane.busy += len(members) - 1  # the others join the first in the lane's count, to go back
+            lane.unstarted += members
             lane.cond.notify_all()
 
     def _fill(self, lane: Lane, first: Running, task: Task[Any, Any]) -> list[Running]:

@@ -70,7 +70,12 @@ class HeartbeatMixin(DispatchMixin):
             told = [
                 entry for key in beat.asked if (entry := self._running.get(key)) and not entry.cancel.is_set()
             ]
-        self._renew_seats(lease)  # the capped queues' seats (worker/seats.py)
+        try:
+            self._renew_seats(lease)  # the capped queues' seats (worker/seats.py)
+        except DatabaseError as exc:  # they age, and no job starts in one past its margin
+            if is_connection_error(exc):
+                raise
+            logger.warning("worker %s: could not renew its seats (%s)", self.worker_id, exc)
         for key in beat.busy:
             self._renew_when_free(key, lease)
         for entry in told:  # outside the lock: an async task's cancellation is scheduled on its loop

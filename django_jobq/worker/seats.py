@@ -114,6 +114,7 @@ class SeatMixin(WorkerBase):
         queue's jobs wait."""
         sent = time.monotonic()
         try:
+            Job.objects.bound_statements()
             taken = Job.objects.take_seats(self.worker_id, pool.queue, pool.cap, want)
         except DatabaseError as exc:
             if is_connection_error(exc):
@@ -126,6 +127,7 @@ class SeatMixin(WorkerBase):
             for seat, fence in taken:
                 pool.held[seat] = (fence, sent)
             lane.cond.notify_all()  # a slot waiting for a seat
+            self._rehome(lane, pool)
         return len(taken)
 
     def _seats_due(self, lane: Lane, now: float) -> bool:
@@ -163,6 +165,7 @@ class SeatMixin(WorkerBase):
         due; once none of its jobs runs or waits in the lane, its seats are freed for other workers,
         and the lane takes none again before the poll interval or a wake-up for the queue."""
         got = Counter(job.queue for job in jobs)
+        short = len(jobs) < asked  # so no queue's part of the claim was cut by the claim's limit
         freed: list[Seat] = []
         now = time.monotonic()
         with lane.cond:
@@ -171,7 +174,7 @@ class SeatMixin(WorkerBase):
                     continue
                 if queue in seated:  # not paused: idle when the claim found fewer than it could take
                     could = asked if lane.claims is not None else seated[queue]
-                    if could <= 0 or got[queue] >= could:
+                    if not short or could <= 0 or got[queue] >= could:
                         continue
                 freed += pool.named()
                 pool.held.clear()
@@ -211,40 +214,56 @@ class SeatMixin(WorkerBase):
         if pool is None:
             return Sat.FREE
         with lane.cond:
-            pool.waiting -= 1
-            while not self.stopping.is_set() and not entry.lost:
-                now = time.monotonic()
+            sat = Sat.REFUSED
+            while not self.stopping.is_set() and not entry.lost:  # counted waiting meanwhile: its
+                now = time.monotonic()  # seats stay held (_free_idle_seats)
                 if pool.free(now) > 0:
                     pool.in_use += 1
-                    return Sat.SEATED
+                    sat = Sat.SEATED
+                    break
                 if not pool.usable(now):
                     break
                 if lane.claims is None:
                     pool.parked.append(entry)
-                    return Sat.PARKED
+                    sat = Sat.PARKED
+                    break
                 lane.cond.wait(timeout=0.25)
-        return Sat.REFUSED
+            pool.waiting -= 1
+            if sat is Sat.REFUSED:  # a seat this job was handed may be free for a parked one
+                self._rehome(lane, pool)
+            return sat
 
-    def _stand(self, lane: Lane, queue: str, n: int = 1) -> Running | None:
-        """``n`` jobs of ``queue`` ended in the lane's slots: their seats are free. The parked job the
-        calling slot is to run next, if any (in the seat it just freed, unless another slot takes it
-        first: then it is parked again); with no usable seat left, the parked jobs go back."""
+    def _stand(self, lane: Lane, queue: str, n: int = 1, *, hand_off: bool = False) -> Running | None:
+        """``n`` jobs of ``queue`` ended in the lane's slots: their seats are free for the parked jobs
+        (_rehome); with ``hand_off``, the first of those is returned for the calling slot to run next."""
         with lane.cond:
             pool = lane.seats.get(queue)
             if pool is None:
                 return None
             pool.in_use -= n
             lane.cond.notify_all()
-            if not pool.parked or self.stopping.is_set():
-                return None
-            now = time.monotonic()
-            if pool.free(now) > 0:
-                pool.waiting += 1  # back in the lane's hands: _sit counts it out again
-                return pool.parked.popleft()
-            if not pool.usable(now):
-                lane.unstarted += pool.parked
-                pool.parked.clear()
+            return self._rehome(lane, pool, hand_off=hand_off)
+
+    def _rehome(self, lane: Lane, pool: SeatPool, *, hand_off: bool = False) -> Running | None:
+        """Parked jobs as many seats are free: the first returned when ``hand_off`` (the calling slot
+        runs it next, in the seat it just freed, unless another slot takes that seat first: then it is
+        parked again), the others back on the lane's queue for any slot. With no usable seat left, all
+        of them go back (unstarted); none move while stopping (the dispatcher gives them back). Holds
+        lane.cond."""
+        if not pool.parked or self.stopping.is_set():
             return None
+        now = time.monotonic()
+        if not pool.usable(now):
+            lane.unstarted += pool.parked
+            pool.parked.clear()
+            lane.cond.notify_all()
+            return None
+        moved = [pool.parked.popleft() for _ in range(min(len(pool.parked), max(0, pool.free(now))))]
+        pool.waiting += len(moved)  # back in the lane's hands: _sit counts each out again
+        first = moved.pop(0) if hand_off and moved else None
+        for entry in moved:
+            lane.work.put(entry)
+        return first
 
     def _unpark(self, lane: Lane, everything: bool) -> list[Running]:
         """Parked jobs to give back: all of them when ``everything`` (stopping), else those of pools
@@ -272,6 +291,13 @@ class SeatMixin(WorkerBase):
             n = max(0, min(most, pool.free(time.monotonic())))
             pool.in_use += n
             return n
+
+    def _seats_fresh(self, lane: Lane, queue: str) -> bool:
+        """Every seat the lane holds for ``queue`` is still usable (True for an uncapped queue): a batch
+        that filled for a while starts only then."""
+        with lane.cond:
+            pool = lane.seats.get(queue)
+            return pool is None or pool.usable(time.monotonic()) == len(pool.held)
 
     def _renew_seats(self, lease: float) -> None:
         """The heartbeat: renew every seat the worker holds in one statement; a seat found lost is

@@ -48,7 +48,7 @@ class SlotMixin(BatchSlotMixin):
             with lane.cond:  # never started: the dispatcher gives it back
                 lane.unstarted.append(entry)
                 lane.cond.notify_all()
-            return self._stand(lane, entry.job.queue) if sat is Sat.SEATED else None
+            return self._stand(lane, entry.job.queue, hand_off=True) if sat is Sat.SEATED else None
         task = resolve_task(entry.job.task)
         try:
             if task is not None and task.batch is not None:
@@ -56,7 +56,7 @@ class SlotMixin(BatchSlotMixin):
             else:
                 self._run_one(lane, number, runner, entry)
         finally:
-            after = self._stand(lane, entry.job.queue) if sat is Sat.SEATED else None
+            after = self._stand(lane, entry.job.queue, hand_off=True) if sat is Sat.SEATED else None
         return after
 
     def _still_ours(self, entry: Running) -> bool:
