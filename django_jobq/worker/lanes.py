@@ -118,7 +118,7 @@ class Lane:
     def short(self) -> bool:
         return self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS
 
-    def _usable_slots(self, now: float) -> int:
+    def usable_slots(self, now: float) -> int:
         """Its slots, or, in a capped queue's own lane, as many as it holds usable seats for."""
         pool = self.seats.get(self.queue)
         return self.slots if pool is None else min(self.slots, pool.usable(now))
@@ -126,7 +126,7 @@ class Lane:
     def _short_slots(self, now: float) -> int:
         """Usable slots not inside a run that has already lasted past the short-run threshold."""
         long = sum(1 for began in self.started.values() if now - began >= SHORT_RUN_SECONDS)
-        return max(0, self._usable_slots(now) - long)
+        return max(0, self.usable_slots(now) - long)
 
     def ahead(self, claim_ahead: int) -> int:
         """Jobs a short slot may hold ahead: ``claim_ahead`` at most, and no more than it runs during
@@ -145,15 +145,15 @@ class Lane:
         a long run. The heartbeat renews a claimed-ahead job's lease meanwhile, and a stopping worker
         gives it back at once. Holds cond."""
         if not self.short():
-            return self._usable_slots(now)
-        return self._usable_slots(now) + self.ahead(claim_ahead) * self._short_slots(now)
+            return self.usable_slots(now)
+        return self.usable_slots(now) + self.ahead(claim_ahead) * self._short_slots(now)
 
     def surplus(self, claim_ahead: int, now: float) -> int:
         """Claimed-ahead jobs waiting beyond what the lane may keep (its free slots, and ``claim_ahead``
         per slot in a short run): they go back to PENDING at once for any worker. ``claim_ahead``, not
         ``ahead``: a cycle slower than the last only stops claiming more, it gives nothing back. Holds
         cond."""
-        free = max(0, self._usable_slots(now) - len(self.started))
+        free = max(0, self.usable_slots(now) - len(self.started))
         ahead = claim_ahead * self._short_slots(now) if self.short() else 0
         return max(0, self.work.qsize() - free - ahead)
 

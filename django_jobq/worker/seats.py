@@ -292,6 +292,13 @@ class SeatMixin(WorkerBase):
             pool.in_use += n
             return n
 
+    @staticmethod
+    def _seat_wanted(lane: Lane, queue: str) -> bool:
+        """A job of ``queue`` waits in the lane for a seat (a retry waiting in its slot gives its seat
+        up for it). Holds lane.cond."""
+        pool = lane.seats.get(queue)
+        return pool is not None and (pool.waiting > 0 or bool(pool.parked))
+
     def _seats_fresh(self, lane: Lane, queue: str) -> bool:
         """Every seat the lane holds for ``queue`` is still usable (True for an uncapped queue): a batch
         that filled for a while starts only then."""

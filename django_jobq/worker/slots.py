@@ -143,8 +143,9 @@ class SlotMixin(BatchSlotMixin):
         """Wait ``delay`` seconds in the slot before an in-slot retry, but only while the lane has
         nothing else due: None when the wait ran out (retry now, in this slot); otherwise the seconds
         still to wait, for a retry written back to the queue that frees the slot (0 when stopping).
-        Other work is due when a claimed job waits for a slot, or when the lane has no free slot and
-        a due job waits in the database (checked at each wake-up and each poll interval)."""
+        Other work is due when a claimed job waits for a slot or for this job's seat (worker/seats.py),
+        or when the lane has no free slot and a due job waits in the database (checked at each wake-up
+        and each poll interval)."""
         deadline = time.monotonic() + delay
         while True:
             left = deadline - time.monotonic()
@@ -155,7 +156,8 @@ class SlotMixin(BatchSlotMixin):
             if left <= 0:
                 return None
             with lane.cond:
-                queued, free = not lane.work.empty(), lane.busy < lane.slots
+                queued, free = not lane.work.empty(), lane.busy < lane.usable_slots(time.monotonic())
+                queued = queued or (run is not None and self._seat_wanted(lane, run.job.queue))
             if queued or (not free and self._other_work_due(lane)):
                 return left
             with lane.cond:

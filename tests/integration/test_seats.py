@@ -147,6 +147,22 @@ def test_a_stopping_star_lane_gives_back_the_jobs_it_parked_unstarted(settings, 
     assert peak(log)[0] == 1 and set(holders("capped").values()) == {None}
 
 
+def test_a_short_retry_gives_up_its_seat_when_a_job_of_its_queue_waits_for_one(settings, worker_thread):
+    """A queue capped at 1 in a lane of 2 slots: the lane claims no more than its one seat lets it
+    run, so the other job waits in the database. The retry, due in 20 s, would wait in its slot and
+    seat; the lane has no usable slot free and a due job waits, so the retry goes back to the queue
+    instead and the other job runs now."""
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 1}}, "SHORT_RETRY_SECONDS": 30,
+                     "POLL_INTERVAL": 0.2}  # fmt: skip
+    retried = Job.objects.enqueue("test.fails_once", priority=1, queue="capped")
+    other = Job.objects.enqueue("test.noop", priority=2, queue="capped")
+    worker_thread({"capped": 2})
+    wait_until(lambda: Job.objects.filter(id=other, status=JobStatus.DONE).exists(), timeout=15,
+               message="the other job ran before the 20 s retry")  # fmt: skip
+    job = Job.objects.get(id=retried)
+    assert (job.status, job.attempts, job.error_count) == (JobStatus.PENDING, 1, 1)
+
+
 def test_a_stopped_worker_frees_its_seats(settings, worker_thread):
     settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 3}}}
     job = Job.objects.enqueue("test.sleep", {"seconds": 0.5}, queue="capped")
