@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,10 +24,24 @@ def notes(log: Path) -> list[Note]:
     return sorted(rows)
 
 
-def peak(log: Path) -> tuple[int, int]:
-    """The most bodies running at the same moment, and how many bodies started."""
-    running = most = 0
+def unfinished(log: Path) -> Counter[tuple[int, str]]:
+    """(job id, worker id) -> bodies that started and never wrote their end (their process died)."""
+    open_bodies: Counter[tuple[int, str]] = Counter()
     for note in notes(log):
-        running += note.step
+        open_bodies[note.job_id, note.worker_id] += note.step
+    return +open_bodies
+
+
+def peak(log: Path, killed: Mapping[str, float] | None = None) -> tuple[int, int]:
+    """The most bodies running at the same moment, and how many bodies started. ``killed``: worker id
+    -> CLOCK_MONOTONIC of its kill, when a body of it that never ended counts as ended (others count
+    as running to the end)."""
+    events = [(note.at, note.step) for note in notes(log)]
+    for (_, worker), n in unfinished(log).items():
+        if killed and worker in killed:
+            events.append((killed[worker], -n))
+    running = most = 0
+    for _, step in sorted(events):
+        running += step
         most = max(most, running)
-    return most, sum(1 for note in notes(log) if note.step > 0)
+    return most, sum(1 for _, step in events if step > 0)
