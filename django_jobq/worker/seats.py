@@ -117,11 +117,13 @@ class SeatMixin(WorkerBase):
             Job.objects.bound_statements()
             taken = Job.objects.take_seats(self.worker_id, pool.queue, pool.cap, want)
         except DatabaseError as exc:
-            if is_connection_error(exc):
-                connections[jobq_settings().database].close()
-            logger.warning("worker %s: could not take seats of capped queue %s (%s)", self.worker_id,
-                           pool.queue, exc)  # fmt: skip
             taken = []
+            if is_connection_error(exc):  # logged once per outage, with the worker's other statements
+                connections[jobq_settings().database].close()
+                self.outage.failed(f"lane {lane.queue}'s seat take", exc)
+            else:
+                logger.warning("worker %s: could not take seats of capped queue %s (%s)", self.worker_id,
+                               pool.queue, exc)  # fmt: skip
         self._took_seats = True
         with lane.cond:
             for seat, fence in taken:

@@ -1,14 +1,17 @@
 """A lane's seat bookkeeping (django_jobq.worker.seats): which job a slot may start, which waits, and
 that a parked job always ends up run or given back, whatever frees its seat."""
 
+import logging
 import threading
 import time
 
 import pytest
+from django.db import OperationalError
 
 from django_jobq.conf import jobq_settings
 from django_jobq.models import Job
 from django_jobq.worker.lanes import Lane, Running
+from django_jobq.worker.outage import Outage
 from django_jobq.worker.seats import Sat, SeatMixin, SeatPool
 
 
@@ -17,6 +20,7 @@ class Slots(SeatMixin):
 
     def __init__(self) -> None:
         self.stopping = threading.Event()
+        self.worker_id, self.poll_interval, self.outage = "w-1", 0.5, Outage("w-1")
 
 
 def star_lane(seats: int, cap: int = 4, *, fresh: bool = True) -> Lane:
@@ -119,3 +123,18 @@ def test_the_star_lane_claims_per_usable_seat_less_what_it_holds():
     assert slots._seated(lane) == {"q": per_seat - 1 - 1}
     lane.held = ("q",)  # paused: not claimed
     assert slots._seated(lane) == {}
+
+
+def test_seat_takes_that_find_the_database_away_join_the_outage_log_once(monkeypatch, caplog):
+    def away(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(Job.objects, "take_seats", away)
+    monkeypatch.setattr(Job.objects, "bound_statements", lambda: None)
+    slots, lane = Slots(), star_lane(seats=0)
+    with caplog.at_level(logging.WARNING, logger="django_jobq"):
+        assert [slots._take(lane, lane.seats["q"], 2) for _ in range(20)] == [0] * 20
+    assert [r.getMessage() for r in caplog.records] == [
+        "worker w-1: the database is unreachable (lane *'s seat take: connection refused); retrying, further "
+        "errors are summarised every 30s"
+    ]
