@@ -60,7 +60,7 @@ class BatchSlotMixin(SeatMixin):
             for entry, outcome in ended:
                 if outcome.abandoned and self._running.get(entry.key) is entry:
                     del self._running[entry.key]
-        if len(members) > 1 and first.job.queue in lane.seats:
+        if len(members) > 1:
             self._stand(lane, first.job.queue, len(members) - 1)  # the first's seat is its slot's
         with lane.cond:
             lane.started.pop(number, None)

@@ -183,8 +183,8 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, FailureMixin):
         seated: dict[str, int],
     ) -> tuple[list[Job], list[Report], float]:  # fmt: skip
         """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues, no more
-        of a rate-limited queue than its ``rations``, of a capped one than its ``seated``), in one statement; none when there is nothing to
-        write or claim (a paused lane's wake-up). Also returns the monotonic time the statement was
+        of a rate-limited queue than its ``rations``, of a capped one than its ``seated``), in one
+        statement; none when there is nothing to write or claim (a paused lane's wake-up). Also returns the monotonic time the statement was
         sent: the claimed jobs' leases run at least that long."""
         lease = jobq_settings().lease_seconds
         sent = time.monotonic()

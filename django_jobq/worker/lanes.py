@@ -118,9 +118,14 @@ class Lane:
     def short(self) -> bool:
         return self.run_seconds is not None and self.run_seconds < SHORT_RUN_SECONDS
 
+    @property
+    def own_seats(self) -> SeatPool | None:
+        """A capped queue's own lane: its queue's seats (None: any other lane)."""
+        return self.seats.get(self.queue) if self.claims is not None else None
+
     def usable_slots(self, now: float) -> int:
         """Its slots, or, in a capped queue's own lane, as many as it holds usable seats for."""
-        pool = self.seats.get(self.queue)
+        pool = self.own_seats
         return self.slots if pool is None else min(self.slots, pool.usable(now))
 
     def _short_slots(self, now: float) -> int:

@@ -134,13 +134,13 @@ class SeatMixin(WorkerBase):
 
     def _seats_due(self, lane: Lane, now: float) -> bool:
         """A capped queue's own lane may take more seats now (and then claim). Holds lane.cond."""
-        pool = lane.seats.get(lane.claims) if lane.claims is not None else None
+        pool = lane.own_seats
         return pool is not None and now >= pool.take_at and len(pool.held) < min(pool.cap, lane.slots)
 
     def _next_seat_take(self, lane: Lane, now: float) -> float | None:
         """When a capped queue's own lane, waiting out a take that found no seat, tries again (None:
         it does not wait to; a due take is _seats_due's). Holds lane.cond."""
-        pool = lane.seats.get(lane.claims) if lane.claims is not None else None
+        pool = lane.own_seats
         return pool.take_at if pool is not None and pool.take_at > now else None
 
     def _seated(self, lane: Lane) -> dict[str, int]:
@@ -166,6 +166,8 @@ class SeatMixin(WorkerBase):
         """After a claim: a capped queue that gave fewer jobs than the claim could take has no more
         due; once none of its jobs runs or waits in the lane, its seats are freed for other workers,
         and the lane takes none again before the poll interval or a wake-up for the queue."""
+        if not lane.seats:
+            return
         got = Counter(job.queue for job in jobs)
         short = len(jobs) < asked  # so no queue's part of the claim was cut by the claim's limit
         freed: list[Seat] = []
@@ -195,6 +197,8 @@ class SeatMixin(WorkerBase):
 
     def _handed_seated(self, lane: Lane, entries: Iterable[Running]) -> None:
         """Claimed jobs of capped queues enter the lane: each waits for a slot, then for a seat."""
+        if not lane.seats:
+            return
         with lane.cond:
             for entry in entries:
                 if (pool := lane.seats.get(entry.job.queue)) is not None:
@@ -202,6 +206,8 @@ class SeatMixin(WorkerBase):
 
     def _left_waiting(self, lane: Lane, entries: Iterable[Running]) -> None:
         """Jobs taken off the lane's queue unstarted (given back)."""
+        if not lane.seats:
+            return
         with lane.cond:
             for entry in entries:
                 if (pool := lane.seats.get(entry.job.queue)) is not None:
@@ -272,6 +278,8 @@ class SeatMixin(WorkerBase):
         whose seats are no longer usable or whose runs are no longer short (parked jobs would wait behind
         them)."""
         out: list[Running] = []
+        if not lane.seats:
+            return out
         now = time.monotonic()
         with lane.cond:
             long_runs = lane.run_seconds is not None and not lane.short()
