@@ -96,7 +96,10 @@ class ClaimManager(CapManager):
             **self._task_caps(task_rations or {}),
         }  # fmt: skip
         conf = jobq_settings()
-        seated = seated or {}
+        seated = {
+            validation.queue(name): validation.integer(most, "seated", 0, 1 << 30)
+            for name, most in (seated or {}).items()
+        }
         caps = {name: cap for name, cap in conf.caps().items() if name not in seated}
         fair, rations = conf.fair_queues(), dict(rations or {})
         for name, most in seated.items():  # a seated queue is claimed apart, as a rationed one

@@ -104,6 +104,15 @@ def test_hostile_seat_requests_are_refused_before_anything_is_written(worker, qu
     assert not CapSeat.objects.exists()
 
 
+@pytest.mark.parametrize("seated", [{"q\x00": 1}, {"q\ud800": 1}, {"q": -1}, {"q": 1 << 40}, {"q": "many"}])
+def test_a_hostile_seated_claim_is_refused_before_anything_is_written(seated):
+    job = Job.objects.enqueue("test.noop", queue="q")
+    claimed = Job.objects.claim("w1", queues=["q"])
+    with pytest.raises(JobqError):
+        Job.objects.complete_and_claim("w1", [(job, claimed.fence, "null")], 1, "q", seated=seated)
+    assert Job.objects.get(id=job).status == JobStatus.RUNNING  # its completion not written
+
+
 @pytest.mark.parametrize("lane", ["capped", "*"])  # the queue's own lane waits for a seat, "*" parks
 def test_a_lane_claims_ahead_of_its_seats_and_starts_no_more_than_it_holds(
     settings, worker_thread, tmp_path, lane
@@ -165,7 +174,7 @@ def test_a_short_retry_gives_up_its_seat_when_a_job_of_its_queue_waits_for_one(s
 
 def test_a_stopped_worker_frees_its_seats(settings, worker_thread):
     settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 3}}}
-    job = Job.objects.enqueue("test.sleep", {"seconds": 0.5}, queue="capped")
+    job = Job.objects.enqueue("test.sleep", {"seconds": 2}, queue="capped")  # running while seats are read
     worker = worker_thread({"capped": 2})
     wait_until(lambda: Job.objects.get(id=job).status == JobStatus.RUNNING, message="the run")
     assert sorted(h for h in holders("capped").values() if h) == [worker.worker_id] * 2
