@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,13 +32,15 @@ def unfinished(log: Path) -> Counter[tuple[int, str]]:
     return +open_bodies
 
 
-def peak(log: Path, killed: Mapping[str, float] | None = None) -> tuple[int, int]:
-    """The most bodies running at the same moment, and how many bodies started. ``killed``: worker id
-    -> CLOCK_MONOTONIC of its kill, when a body of it that never ended counts as ended (others count
-    as running to the end)."""
-    events = [(note.at, note.step) for note in notes(log)]
-    for (_, worker), n in unfinished(log).items():
-        if killed and worker in killed:
+def peak(
+    log: Path, killed: Mapping[str, float] | None = None, only: Collection[int] | None = None
+) -> tuple[int, int]:
+    """The most bodies running at the same moment, and how many bodies started (of the jobs ``only``
+    names, if given). ``killed``: worker id -> CLOCK_MONOTONIC of its kill, when a body of it that never
+    ended counts as ended (others count as running to the end)."""
+    events = [(note.at, note.step) for note in notes(log) if only is None or note.job_id in only]
+    for (job_id, worker), n in unfinished(log).items():
+        if killed and worker in killed and (only is None or job_id in only):
             events.append((killed[worker], -n))
     running = most = 0
     for _, step in sorted(events):

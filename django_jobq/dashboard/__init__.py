@@ -204,7 +204,9 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
     for p in paused:  # a paused queue is listed even without jobs, so that it can be resumed
         figures[p.queue]["paused"] = True
     caps = jobq_settings().caps()
-    seats = dict(_run(connection, sql.SEATS_HELD)) if caps else {}
+    limited = limited_tasks()  # RUNNING_BY_TASK only runs when some task has a limit
+    seated = caps or any(task.max_running is not None for _, task in limited)
+    seats = dict(_run(connection, sql.SEATS_HELD)) if seated else {}
     for name, options in jobq_settings().queues.items():  # a configured queue, with its limits
         figures[name].update(
             max_depth=options.max_depth,
@@ -223,7 +225,6 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
         for ago in reversed(range(MINUTES))
     )
     workers = worker_figures(connection)
-    limited = limited_tasks()  # RUNNING_BY_TASK only runs when some task has a limit
     return Snapshot(
         now=now,
         queues=queues,
@@ -233,7 +234,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
         workers=workers,
         unserved=_unserved(queues, workers),
         paused=paused,
-        tasks=task_limits(limited, dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {}),
+        tasks=task_limits(limited, dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {}, seats),
         table=table_figures(connection, {}) if upkeep else None,
         fair=fair_keys(connection, now),
         replica=replica_lag(connection),

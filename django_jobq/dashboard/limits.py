@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from ..managers.seats import task_seats
 from ..registry import registered_tasks
 
 if TYPE_CHECKING:
@@ -18,7 +19,8 @@ class TaskLimits:
 
     task: str
     queue: str
-    running: int  # its jobs RUNNING now, across every worker
+    running: int  # its jobs RUNNING now (claimed ahead included), across every worker
+    seats: int | None  # a task with max_running: its seats held now, its jobs that may run at once
     max_running: int | None
     max_running_per_key: int | None
     rate_limit: str | None  # "10/s", "3/10s"
@@ -45,13 +47,17 @@ def limited_tasks() -> list[tuple[str, Task[..., Any]]]:
     ]
 
 
-def task_limits(tasks: list[tuple[str, Task[..., Any]]], running: dict[str, int]) -> tuple[TaskLimits, ...]:
-    """``tasks`` (limited_tasks()) with ``running``, the RUNNING jobs per task."""
+def task_limits(
+    tasks: list[tuple[str, Task[..., Any]]], running: dict[str, int], seats: dict[str, int]
+) -> tuple[TaskLimits, ...]:
+    """``tasks`` (limited_tasks()) with ``running``, the RUNNING jobs per task, and ``seats``, the
+    seats held per name (SEATS_HELD)."""
     return tuple(
         TaskLimits(
             task=name,
             queue=task.queue,
             running=running.get(name, 0),
+            seats=None if task.max_running is None else seats.get(task_seats(name), 0),
             max_running=task.max_running,
             max_running_per_key=task.max_running_per_key,
             rate_limit=format_rate(task.rate_limit),

@@ -53,7 +53,8 @@ def format_table(snap: Snapshot) -> str:
         limits = [("task", "queue", "running", "max running", "per key", "rate limit")]
         for t in snap.tasks:
             limits.append((
-                t.task, t.queue, str(t.running), _or_dash(t.max_running), _or_dash(t.max_running_per_key),
+                t.task, t.queue, _seated(t.running, t.seats, t.max_running), _or_dash(t.max_running),
+                _or_dash(t.max_running_per_key),
                 t.rate_limit or "-",
             ))  # fmt: skip
         out += _columns(limits)
@@ -140,8 +141,12 @@ def _or_dash(value: int | None) -> str:
 
 
 def _running(q: QueueFigures) -> str:
-    """RUNNING jobs, and a capped queue's seats held of its seats: "12 (4/4 seats)"."""
-    return str(q.running) if q.max_running is None else f"{q.running} ({q.seats or 0}/{q.max_running} seats)"
+    return _seated(q.running, q.seats, q.max_running)
+
+
+def _seated(running: int, seats: int | None, cap: int | None) -> str:
+    """RUNNING jobs, and a capped queue's or task's seats held of its seats: "12 (4/4 seats)"."""
+    return str(running) if cap is None else f"{running} ({seats or 0}/{cap} seats)"
 
 
 def _of(figure: int, limit: int | None) -> str:

@@ -6,10 +6,10 @@ what concurrent claims made stale."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..conf import jobq_settings
-from ..registry import capped_tasks
 from .base import BaseJobManager
 
 if TYPE_CHECKING:
@@ -17,15 +17,18 @@ if TYPE_CHECKING:
 
 
 class CapManager(BaseJobManager):
-    def _trim_to_task_caps(self, worker_id: str, jobs: list[Job]) -> list[Job]:
-        """The claimed ``jobs`` that fit their task's caps. The claim kept to the room it saw, so
+    def _trim_to_task_caps(
+        self, worker_id: str, jobs: list[Job], counted: Mapping[str, tuple[int | None, int | None]]
+    ) -> list[Job]:
+        """The claimed ``jobs`` that fit the ``counted`` caps (task -> max_running, max_running_per_key;
+        a task claimed in seats has only its per-key cap here: its seats bound the rest). The claim kept
+        to the room it saw, so
         this gives some back only when another claim took the same room at the same moment: those go
         back to PENDING in their place (run_at kept), without using up an attempt. Call inside the
         claim's transaction: the task locks (taken in name order, so claimers never deadlock) make
         the count that follows see every claim committed before, and this claim's own rows are
         already RUNNING in it; the locks last until the claim commits."""
-        tasks = capped_tasks()
-        mine = [job for job in jobs if job.task in tasks]
+        mine = [job for job in jobs if job.task in counted]
         if not mine:
             return jobs
         sql = self._sql()
@@ -38,13 +41,11 @@ class CapManager(BaseJobManager):
             per_task[task] += n
         over: list[Job] = []
         for job in reversed(mine):  # the last claimed give way first
-            task = tasks[job.task]
+            most, key_most = counted[job.task]
             key = (job.task, job.concurrency_key)
-            task_over = task.max_running is not None and per_task[job.task] > task.max_running
+            task_over = most is not None and per_task[job.task] > most
             key_over = (
-                task.max_running_per_key is not None
-                and job.concurrency_key is not None
-                and running.get(key, 0) > task.max_running_per_key
+                key_most is not None and job.concurrency_key is not None and running.get(key, 0) > key_most
             )
             if task_over or key_over:
                 over.append(job)

@@ -3,6 +3,8 @@ next claim in one statement), within the queues' and the tasks' caps."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +76,7 @@ class ClaimManager(CapManager):
         rations: Mapping[str, int] | None = None,
         task_rations: Mapping[str, int] | None = None,
         seated: Mapping[str, int] | None = None,
+        seated_tasks: Mapping[str, int] | None = None,
     ) -> tuple[Written, list[Job]]:
         """complete_many and claim_batch for one queue (or, with ``queue=None``, every queue but
         ``exclude``) in a single statement (one commit). A queue with JOBQ["QUEUES"][q]["MAX_RUNNING"]
@@ -85,7 +88,9 @@ class ClaimManager(CapManager):
         ``task_rations``: rate-limited tasks of which it claims no more than that many jobs in all
         (none at 0), by the pick, as it keeps to task caps. ``seated``: capped queues whose seats the
         caller holds (worker/seats.py): each claimed with no more than that many jobs, apart, without
-        the cap's lock and count (the caller starts their jobs only in its seats).
+        the cap's lock and count (the caller starts their jobs only in its seats). ``seated_tasks``:
+        likewise, capped tasks (@task(max_running=N)) of which it claims no more than that many jobs in
+        all, without counting their RUNNING jobs (their per-key caps still apply).
 
         Returns what the completion wrote (Written) and the jobs claimed (``limit`` may be 0)."""
         ids, fences, results = (list(c) for c in zip(*done, strict=True)) if done else ([], [], [])
@@ -93,13 +98,10 @@ class ClaimManager(CapManager):
             "worker_id": worker_id, "ids": ids, "fences": fences, "results": results,
             "limit": validation.integer(limit, "limit", 0, 100_000), "queue": queue,
             "lease": self._lease(lease_seconds), "exclude": list(exclude), "cap": None,
-            **self._task_caps(task_rations or {}),
         }  # fmt: skip
+        params.update(self._task_caps(task_rations or {}, self._seated_counts(seated_tasks, "task")))
         conf = jobq_settings()
-        seated = {
-            validation.queue(name): validation.integer(most, "seated", 0, 1 << 30)
-            for name, most in (seated or {}).items()
-        }
+        seated = self._seated_counts(seated, "queue")
         caps = {name: cap for name, cap in conf.caps().items() if name not in seated}
         fair, rations = conf.fair_queues(), dict(rations or {})
         for name, most in seated.items():  # a seated queue is claimed apart, as a rationed one
@@ -162,9 +164,11 @@ class ClaimManager(CapManager):
             statement = (
                 sql.COMPLETE_AND_CLAIM_CAPPED_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM_CAPPED
             )
+        trim = task_caps and bool(params["cap_counted"])
         if params["cap"] is None and not task_caps:
             return self._run_complete_and_claim(statement, params)[:2]
-        with transaction.atomic(using=self.connection.alias):
+        atomic = params["cap"] is not None or trim  # the locks below last until the claim commits
+        with transaction.atomic(using=self.connection.alias) if atomic else contextlib.nullcontext():
             if params["cap"] is not None:
                 self._execute(sql.CAP_LOCK, {"name": f"queue:{params['queue']}"})
             written, jobs, held_back = self._run_complete_and_claim(statement, params)
@@ -176,8 +180,8 @@ class ClaimManager(CapManager):
                 _, found, held_back = self._run_complete_and_claim(statement, more)
                 jobs += self._spend_rations(params, found)
                 taken = len(found)
-            if task_caps:
-                jobs = self._trim_to_task_caps(params["worker_id"], jobs)
+            if trim:
+                jobs = self._trim_to_task_caps(params["worker_id"], jobs, params["cap_counted"])
             return written, jobs
 
     def _run_complete_and_claim(
@@ -202,18 +206,37 @@ class ClaimManager(CapManager):
         options = fair.get(queue)
         return {} if options is None else fairness.claim_params(queue, options)
 
-    def _task_caps(self, rations: Mapping[str, int]) -> dict[str, list[Any]]:
+    def _task_caps(self, rations: Mapping[str, int], seated: Mapping[str, int]) -> dict[str, Any]:
         """The registered capped tasks, and the rate-limited tasks of ``rations`` (task -> permits
         held), as the _TASK_CAPS statements take them; none on an engine without task caps (no job of
-        a capped or rate-limited task is ever enqueued there)."""
+        a capped or rate-limited task is ever enqueued there). A task of ``seated`` (task -> jobs its
+        seats leave room for) is claimed up to that many, its max_running not counted; cap_counted
+        names the tasks whose caps the claim counts (then settles under their locks: capping.py)."""
         if not self._engine().capabilities.task_caps:
-            tasks, rations = {}, {}
+            tasks, rations, seated = {}, {}, {}
         else:
             tasks = capped_tasks()
-        names = sorted({*tasks, *rations})
+        names = sorted({*tasks, *rations, *seated})
+        most = {n: tasks[n].max_running for n in tasks if n not in seated}
+        key_most = {n: tasks[n].max_running_per_key for n in tasks}
+        ration = {
+            n: min(r for r in (rations.get(n), seated.get(n)) if r is not None) for n in {*rations, *seated}
+        }
         return {
             "cap_tasks": names,
-            "cap_most": [tasks[n].max_running if n in tasks else None for n in names],
-            "cap_key_most": [tasks[n].max_running_per_key if n in tasks else None for n in names],
-            "cap_ration": [rations.get(n) for n in names],
+            "cap_most": [most.get(n) for n in names],
+            "cap_key_most": [key_most.get(n) for n in names],
+            "cap_ration": [ration.get(n) for n in names],
+            "cap_counted": {
+                n: (most.get(n), key_most.get(n)) for n in names if most.get(n) or key_most.get(n)
+            },
+        }
+
+    @staticmethod
+    def _seated_counts(seated: Mapping[str, int] | None, what: str) -> dict[str, int]:
+        """``seated`` (a queue or task name -> jobs its seats leave room for), checked."""
+        check = validation.queue if what == "queue" else functools.partial(validation.name, what="task")
+        return {
+            check(name): validation.integer(most, "seated", 0, 1 << 30)
+            for name, most in (seated or {}).items()
         }

@@ -1,6 +1,6 @@
-"""The seats of capped queues (JOBQ["QUEUES"][q]["MAX_RUNNING"]): a worker takes seats, renews them
-with its heartbeat and frees them (sql/postgres/seats.py); it starts a job of a capped queue only in a
-seat it holds (worker/seats.py)."""
+"""The seats of capped queues (JOBQ["QUEUES"][q]["MAX_RUNNING"]) and capped tasks (@task(max_running=N)):
+a worker takes seats, renews them with its heartbeat and frees them (sql/postgres/seats.py); it starts a
+job under a cap only in a seat of it that it holds (worker/seats.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,17 @@ from typing import Any
 from .. import validation
 from .base import BaseJobManager
 
-Seat = tuple[str, int, int]  # (queue, seat number, fence)
+Seat = tuple[str, int, int]  # (seats' name: a queue's, or task_seats(task); seat number; fence)
+
+# A capped task's seats are named so in jobq_cap_seat (a queue's, by the queue's name). A queue that
+# is itself named "task:NAME" shares its rows with that task's seats: each takes only seats below its
+# own cap, so neither cap is ever exceeded (the two only leave each other fewer seats).
+TASK_SEATS = "task:"
+
+
+def task_seats(task: str) -> str:
+    """The name of ``task``'s seats."""
+    return TASK_SEATS + task
 
 
 class SeatManager(BaseJobManager):

@@ -37,6 +37,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..conf import jobq_settings
+from ..managers.seats import task_seats
+from ..registry import capped_tasks
 from ..replica import read_alias, replica_lag
 from ..sql import engine_of
 from ..status import JobStatus
@@ -263,13 +265,23 @@ def _figures(connection: BaseDatabaseWrapper) -> list[GaugeMetricFamily]:
         )
         oldest_family.add_metric([], oldest_xact or 0.0)
         families += [size, oldest_family]
-    if caps := conf.caps():
+    caps = conf.caps()
+    capped = sorted(name for name, task in capped_tasks().items() if task.max_running is not None)
+    if caps or capped:
         held = dict(run(engine.stats.SEATS_HELD))
         families.append(
             per_queue("jobq_queue_seats_held",
                       "Seats of a capped queue (MAX_RUNNING) that workers hold: its jobs that may run at once.",
                       {q: held.get(q, 0) for q in caps})
         )  # fmt: skip
+        tasks = GaugeMetricFamily(
+            "jobq_task_seats_held",
+            "Seats of a capped task (max_running) that workers hold: its jobs that may run at once.",
+            labels=("task",),
+        )
+        for name in capped:
+            tasks.add_metric([name], held.get(task_seats(name), 0))
+        families.append(tasks)
     if conf.fair_queues() and now is not None:
         families += _fair_families(functools.partial(run, engine.stats.FAIR_KEYS), engine.text_time, now)
     return families

@@ -183,14 +183,16 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, FailureMixin):
         seated: dict[str, int],
     ) -> tuple[list[Job], list[Report], float]:  # fmt: skip
         """Write the successes and claim up to ``limit`` jobs (none from the lane's held queues, no more
-        of a rate-limited queue than its ``rations``, of a capped one than its ``seated``), in one
-        statement; none when there is nothing to write or claim (a paused lane's wake-up). Also returns the monotonic time the statement was
-        sent: the claimed jobs' leases run at least that long."""
+        of a rate-limited queue than its ``rations``, of a capped queue or task than its ``seated``, by
+        pool), in one statement; none when there is nothing to write or claim (a paused lane's wake-up).
+        Also returns the monotonic time the statement was sent: the claimed leases run at least that
+        long."""
         lease = jobq_settings().lease_seconds
         sent = time.monotonic()
         to_write = [(r, o) for r, o in successes if not o.committed]  # atomic tasks wrote their own DONE
         done = [(r.job.id, o.fence, o.result_json or "null") for r, o in to_write]
         exclude = lane.exclude if lane.claims is not None else (*lane.exclude, *lane.held)
+        seated_queues, seated_tasks = self._seated_caps(lane, seated)
         written = Written()
         jobs: list[Job] = []
         try:
@@ -200,7 +202,8 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, FailureMixin):
                 look_past = sent >= lane.look_past_at
                 written, jobs = Job.objects.complete_and_claim(
                     self.worker_id, done, limit, lane.claims, lease, exclude=exclude, look_past=look_past,
-                    rations=rations, task_rations=lane.task_rations, seated=seated,
+                    rations=rations, task_rations=lane.task_rations, seated=seated_queues,
+                    seated_tasks=seated_tasks,
                 )  # fmt: skip
                 if look_past and len(jobs) < limit:  # nothing (more) behind the held-back jobs
                     lane.look_past_at = sent + LOOK_PAST_SECONDS

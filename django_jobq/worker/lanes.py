@@ -15,7 +15,7 @@ from ..exceptions import ConfigurationError, InvalidJob
 if TYPE_CHECKING:
     from ..models import Job
     from .classify import Outcome
-    from .seats import SeatPool
+    from .seat_pools import SeatPool
 
 
 ALL_QUEUES = "*"  # a lane serving every queue that no other lane of the worker serves

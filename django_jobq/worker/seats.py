@@ -1,133 +1,110 @@
-"""Capped queues (JOBQ["QUEUES"][q]["MAX_RUNNING"]): a slot starts a job of a capped queue only in a
-seat of that queue the worker holds, and a queue has as many seats as its cap (managers/seats.py), so
-no more of its jobs run at once across every worker than its cap.
+"""Caps in seats: capped queues (JOBQ["QUEUES"][q]["MAX_RUNNING"]) and capped tasks
+(@task(max_running=N)). A slot starts a job only in a seat of each cap the job is under (its queue's,
+its task's) that the worker holds, and a cap has as many seats as its number (managers/seats.py), so no
+more of its jobs run at once across every worker than the cap.
 
 A lane takes seats before it claims, up to the cap or its slots, whichever is fewer, and claims against
-them without the cap's lock or count:
+them without the cap's lock or count (a task's seats only while the lane has room to claim):
 - a lane claims ahead of its seats as it does of its slots (a job claimed ahead holds no seat: it
-  waits in the lane, leased, until a slot starts it in a free seat), so a slot never waits for a round
+  waits in the lane, leased, until a slot starts it in free seats), so a slot never waits for a round
   trip between two jobs;
-- in a lane of the capped queue alone (``--queues reports:4``) a slot that takes a job while every
-  seat is in use waits for one; in the "*" lane, whose slots serve other queues too, it parks the job
-  and goes on, and the slot whose job of that queue ends next runs the parked job in its seat.
-A claim that found fewer of a queue's jobs than it could take, while none of them runs or waits in the
-lane, frees the lane's seats of that queue, so an idle worker holds none; the lane takes seats again at
-a wake-up for the queue or the poll interval.
+- in a lane of a capped queue alone (``--queues reports:4``) a slot that takes a job while every seat
+  of the queue is in use waits for one; otherwise (the "*" lane, whose slots serve other queues too, or
+  a task's seats, whose jobs share lanes with other tasks) it parks the job and goes on, and the slot
+  whose job in such a seat ends next runs the parked job.
+A lane frees the seats of a cap none of whose jobs runs or waits in it: a queue's after a claim that
+found fewer of its jobs than it could take; a task's likewise, or when the lane had no room to claim,
+or once none of its jobs was in the lane for a poll interval; so an idle or busy-elsewhere worker holds
+none. The lane takes seats again at a wake-up or the poll interval.
 
 A seat is leased as a job is: the heartbeat renews it, a slot starts no job in a seat whose last
 renewal was sent more than a lease less a heartbeat ago, and a worker that dies or is cut off loses its
 seats when their leases run out, to whichever worker takes them next. A stopping worker frees all of
-its seats. A batch's further jobs each take a free seat too (the cap counts jobs, not runs)."""
+its seats. A batch's further jobs each take a free seat of their queue too (the cap counts jobs, not
+runs; a batch task has no cap of its own)."""
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from django.db import Error as DatabaseError
 from django.db import connections
 
 from ..conf import jobq_settings
+from ..managers.seats import task_seats
 from ..models import Job
+from ..registry import capped_tasks
+from ..sql import engine_for
 from .base import WorkerBase, is_connection_error
 from .lanes import Lane, Running
-
-if TYPE_CHECKING:
-    from ..managers.seats import Seat
+from .seat_pools import Sat, SeatPool, pools_of
 
 logger = logging.getLogger("django_jobq")
-
-
-class Sat(enum.Enum):
-    """What a slot may do with a job it took (SeatMixin._sit)."""
-
-    FREE = "not a capped queue's job: start it"
-    SEATED = "start it in the seat taken"
-    PARKED = "every seat in use: the job waits for one, the slot goes on"
-    REFUSED = "give it back unstarted"
-
-
-@dataclass(eq=False)
-class SeatPool:
-    """The seats one lane holds for one capped queue, guarded by the lane's cond."""
-
-    queue: str
-    cap: int
-    # seat number -> (fence, monotonic time at which its last take or renewal was sent)
-    held: dict[int, tuple[int, float]] = field(default_factory=dict)
-    in_use: int = 0  # the queue's jobs running in the lane's slots, one per seat
-    waiting: int = 0  # the queue's jobs handed to the lane and not yet taken by a slot
-    # the "*" lane: jobs a slot took while every seat was in use, each run next by a slot whose job of
-    # the queue ends (so no slot of the lane ever waits for a seat)
-    parked: deque[Running] = field(default_factory=deque)
-    take_at: float = 0.0  # monotonic time before which the lane does not try to take seats again
-
-    def usable(self, now: float) -> int:
-        """Seats a job may start in: those renewed within a lease less a heartbeat."""
-        conf = jobq_settings()
-        margin = conf.lease_seconds - conf.heartbeat_seconds
-        return sum(1 for _, sent in self.held.values() if now - sent < margin)
-
-    def free(self, now: float) -> int:
-        return self.usable(now) - self.in_use
-
-    def named(self) -> list[Seat]:
-        return [(self.queue, seat, fence) for seat, (fence, _) in sorted(self.held.items())]
 
 
 class SeatMixin(WorkerBase):
     _took_seats: bool  # some lane took seats once: a stopping worker frees them
 
     def _seat_pools(self, lane: Lane) -> dict[str, SeatPool]:
-        """The lane's pools, one per capped queue it claims from (made as the caps are read)."""
-        caps = jobq_settings().caps()
+        """The lane's pools, one per capped queue it claims from and per capped task (made as the caps
+        are read)."""
+        conf = jobq_settings()
+        caps = conf.caps()
         serves = [lane.claims] if lane.claims is not None else [q for q in caps if q not in lane.exclude]
+        wanted: dict[str, tuple[int, str | None]] = {q: (caps[q], None) for q in serves if q in caps}
+        if engine_for(conf.database).capabilities.task_caps:
+            for task_name, task in capped_tasks().items():
+                if task.max_running is not None:
+                    wanted[task_seats(task_name)] = (task.max_running, task_name)
         with lane.cond:
-            for queue in serves:
-                cap = caps.get(queue)
-                if cap is not None and (pool := lane.seats.get(queue)) is None:
-                    lane.seats[queue] = SeatPool(queue, cap)
-                elif cap is not None and pool is not None:
+            for name, (cap, of_task) in wanted.items():
+                if (pool := lane.seats.get(name)) is None:
+                    lane.seats[name] = SeatPool(name, cap, of_task)
+                else:
                     pool.cap = cap
             return dict(lane.seats)
 
     def _take_seats(self, lane: Lane) -> None:
         """Before a claim: take the seats the lane lacks, up to the cap or its slots, of each capped
-        queue not held (paused) and not waiting out a take that found none."""
+        queue not held (paused) and each capped task while the lane has room, but those waiting out a
+        take that found none."""
         held = set(lane.held)
-        for queue, pool in sorted(self._seat_pools(lane).items()):
+        claim_ahead = jobq_settings().claim_ahead
+        for name, pool in sorted(self._seat_pools(lane).items()):
             with lane.cond:
+                now = time.monotonic()
                 want = min(pool.cap, lane.slots) - len(pool.held)
-                if want <= 0 or time.monotonic() < pool.take_at or queue in held:
+                if want <= 0 or now < pool.take_at or (pool.task is None and name in held):
                     continue
+                if pool.task is not None and lane.capacity(claim_ahead, now) <= lane.busy:
+                    continue  # no room to claim its jobs: its seats are better left to others
             if self._take(lane, pool, want) < want:  # the others are held elsewhere
-                with lane.cond:  # try again at the poll or a wake-up for the queue
+                with lane.cond:  # try again at the poll or a wake-up
                     pool.take_at = time.monotonic() + self.poll_interval
 
     def _take(self, lane: Lane, pool: SeatPool, want: int) -> int:
         """Take up to ``want`` more seats into ``pool``; how many. Without the database none: the
-        queue's jobs wait."""
+        cap's jobs wait."""
         sent = time.monotonic()
         try:
             Job.objects.bound_statements()
-            taken = Job.objects.take_seats(self.worker_id, pool.queue, pool.cap, want)
+            taken = Job.objects.take_seats(self.worker_id, pool.name, pool.cap, want)
         except DatabaseError as exc:
             taken = []
             if is_connection_error(exc):  # logged once per outage, with the worker's other statements
                 connections[jobq_settings().database].close()
                 self.outage.failed(f"lane {lane.queue}'s seat take", exc)
             else:
-                logger.warning("worker %s: could not take seats of capped queue %s (%s)", self.worker_id,
-                               pool.queue, exc)  # fmt: skip
+                logger.warning("worker %s: could not take seats of %s (%s)", self.worker_id, pool.name, exc)
         self._took_seats = True
         with lane.cond:
             for seat, fence in taken:
                 pool.held[seat] = (fence, sent)
+            if taken:
+                pool.idle_since = None
             lane.cond.notify_all()  # a slot waiting for a seat
             self._rehome(lane, pool)
         return len(taken)
@@ -144,42 +121,65 @@ class SeatMixin(WorkerBase):
         return pool.take_at if pool is not None and pool.take_at > now else None
 
     def _seated(self, lane: Lane) -> dict[str, int]:
-        """The capped queues the "*" lane claims from, each with the jobs its seats leave room for: a
-        job per usable seat, and while the lane's runs are short as many ahead per seat as the lane
-        claims ahead per slot, less the queue's jobs running, waiting and parked. A queue's own lane
-        claims by its capacity (Lane.capacity: no more slots than its usable seats) and is listed
-        alone."""
-        held = set(lane.held)  # paused: not claimed
-        if lane.claims is not None:
-            return {lane.claims: 1 << 30} if lane.claims in lane.seats and lane.claims not in held else {}
+        """Per pool (by name), the jobs its seats leave room for in this claim: a job per usable seat,
+        and while the lane's runs are short as many ahead per seat as the lane claims ahead per slot,
+        less the cap's jobs running, waiting and parked. A capped queue's own lane claims its queue by
+        its capacity (Lane.capacity: no more slots than its usable seats). Paused queues are left out."""
+        held = set(lane.held)
         now = time.monotonic()
         claim_ahead = jobq_settings().claim_ahead
         with lane.cond:
             per_seat = 1 + (lane.ahead(claim_ahead) if lane.short() else 0)
             return {
-                q: max(0, pool.usable(now) * per_seat - pool.in_use - pool.waiting - len(pool.parked))
-                for q, pool in lane.seats.items()
-                if q not in held
+                name: (
+                    1 << 30
+                    if pool is lane.own_seats
+                    else max(0, pool.usable(now) * per_seat - pool.in_use - pool.waiting - len(pool.parked))
+                )
+                for name, pool in lane.seats.items()
+                if pool.task is not None or name not in held
             }
 
+    @staticmethod
+    def _seated_caps(lane: Lane, seated: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+        """``seated`` as complete_and_claim takes it: the capped queues', and the capped tasks' (by
+        task name)."""
+        queues: dict[str, int] = {}
+        tasks: dict[str, int] = {}
+        for name, most in seated.items():
+            task = lane.seats[name].task
+            if task is None:
+                queues[name] = most
+            else:
+                tasks[task] = most
+        return queues, tasks
+
     def _free_idle_seats(self, lane: Lane, seated: dict[str, int], jobs: list[Job], asked: int) -> None:
-        """After a claim: a capped queue that gave fewer jobs than the claim could take has no more
-        due; once none of its jobs runs or waits in the lane, its seats are freed for other workers,
-        and the lane takes none again before the poll interval or a wake-up for the queue."""
+        """After a claim, free the seats of the caps none of whose jobs runs or waits in the lane: a
+        queue's when the claim found fewer of its jobs than it could take; a task's likewise, or when
+        the lane asked for none, or once none of its jobs was in the lane for a poll interval. The lane
+        takes none of them again before the poll interval or a wake-up."""
         if not lane.seats:
             return
-        got = Counter(job.queue for job in jobs)
+        got = Counter(name for job in jobs for name in (job.queue, task_seats(job.task)))
         short = len(jobs) < asked  # so no queue's part of the claim was cut by the claim's limit
-        freed: list[Seat] = []
+        freed: list[tuple[str, int, int]] = []
         now = time.monotonic()
         with lane.cond:
-            for queue, pool in lane.seats.items():
-                if not pool.held or pool.in_use or pool.waiting or pool.parked:
+            for name, pool in lane.seats.items():
+                if not pool.idle():
+                    pool.idle_since = None
                     continue
-                if queue in seated:  # not paused: idle when the claim found fewer than it could take
-                    could = asked if lane.claims is not None else seated[queue]
-                    if not short or could <= 0 or got[queue] >= could:
+                if not pool.held:
+                    continue
+                could = (asked if pool is lane.own_seats else seated[name]) if name in seated else None
+                if pool.task is not None:
+                    pool.idle_since = pool.idle_since or now
+                    unused = now - pool.idle_since >= self.poll_interval
+                    if not (asked == 0 or unused or (short and could and got[name] < could)):
                         continue
+                elif could is not None and (not short or could <= 0 or got[name] >= could):
+                    continue  # a paused queue's (not in seated) are freed at once
                 freed += pool.named()
                 pool.held.clear()
                 pool.take_at = now + self.poll_interval
@@ -190,67 +190,81 @@ class SeatMixin(WorkerBase):
                 logger.warning("worker %s: could not free seats %s (%s)", self.worker_id, freed, exc)
 
     def _seat_woken(self, lane: Lane, queue: str | None) -> None:
-        """A wake-up for ``queue`` (None: any): the lane may take its seats at once. Holds lane.cond."""
+        """A wake-up for ``queue`` (None: any): the lane may take its seats, and any capped task's (its
+        jobs may be what woke it), at once. Holds lane.cond."""
         for name, pool in lane.seats.items():
-            if queue is None or name == queue:
+            if queue is None or name == queue or pool.task is not None:
                 pool.take_at = 0.0
 
-    def _handed_seated(self, lane: Lane, entries: Iterable[Running]) -> None:
-        """Claimed jobs of capped queues enter the lane: each waits for a slot, then for a seat."""
+    @staticmethod
+    def _handed_seated(lane: Lane, entries: Iterable[Running]) -> None:
+        """Claimed jobs under caps enter the lane: each waits for a slot, then for its seats."""
         if not lane.seats:
             return
         with lane.cond:
             for entry in entries:
-                if (pool := lane.seats.get(entry.job.queue)) is not None:
+                for pool in pools_of(lane, entry.job):
                     pool.waiting += 1
 
-    def _left_waiting(self, lane: Lane, entries: Iterable[Running]) -> None:
-        """Jobs taken off the lane's queue unstarted (given back)."""
+    @staticmethod
+    def _left_waiting(lane: Lane, entries: Iterable[Running], but: SeatPool | None = None) -> None:
+        """Jobs taken off the lane unstarted (given back; parked in ``but``, which has let them go)."""
         if not lane.seats:
             return
         with lane.cond:
             for entry in entries:
-                if (pool := lane.seats.get(entry.job.queue)) is not None:
-                    pool.waiting -= 1
+                for pool in pools_of(lane, entry.job):
+                    if pool is not but:
+                        pool.waiting -= 1
 
     def _sit(self, lane: Lane, entry: Running) -> Sat:
-        """A slot took ``entry`` off the lane's queue: may it start it? A capped queue's job needs a
-        free seat: a queue's own lane waits for one while it holds a usable seat; the "*" lane parks the
-        job when every seat is in use (a slot whose job of the queue ends runs it next). REFUSED (give it
-        back) when stopping, or when no seat is usable (renewals stopped reaching the database)."""
-        pool = lane.seats.get(entry.job.queue)
-        if pool is None:
+        """A slot took ``entry`` off the lane's queue: may it start it? A job under caps needs a free
+        seat of each: a capped queue's own lane waits for one of its queue while it holds a usable seat;
+        otherwise the job is parked in the first pool with no free seat (a slot whose job in that pool
+        ends runs it next). REFUSED (give it back) when stopping, or when a pool it needs has no usable
+        seat (renewals stopped reaching the database)."""
+        pools = pools_of(lane, entry.job)
+        if not pools:
             return Sat.FREE
         with lane.cond:
-            sat = Sat.REFUSED
+            sat, parked_in = Sat.REFUSED, None
             while not self.stopping.is_set() and not entry.lost:  # counted waiting meanwhile: its
                 now = time.monotonic()  # seats stay held (_free_idle_seats)
-                if pool.free(now) > 0:
-                    pool.in_use += 1
+                full = next((pool for pool in pools if pool.free(now) <= 0), None)
+                if full is None:
+                    for pool in pools:
+                        pool.in_use += 1
                     sat = Sat.SEATED
                     break
-                if not pool.usable(now):
+                if not all(pool.usable(now) for pool in pools):
                     break
-                if lane.claims is None:
-                    pool.parked.append(entry)
-                    sat = Sat.PARKED
+                if full is not lane.own_seats:
+                    full.parked.append(entry)
+                    sat, parked_in = Sat.PARKED, full
                     break
                 lane.cond.wait(timeout=0.25)
-            pool.waiting -= 1
+            for pool in pools:  # a job parked in one pool still waits for the others' seats
+                if parked_in is None or pool is parked_in:
+                    pool.waiting -= 1
             if sat is Sat.REFUSED:  # a seat this job was handed may be free for a parked one
-                self._rehome(lane, pool)
+                for pool in pools:
+                    self._rehome(lane, pool)
             return sat
 
-    def _stand(self, lane: Lane, queue: str, n: int = 1, *, hand_off: bool = False) -> Running | None:
-        """``n`` jobs of ``queue`` ended in the lane's slots: their seats are free for the parked jobs
-        (_rehome); with ``hand_off``, the first of those is returned for the calling slot to run next."""
+    def _stand(self, lane: Lane, job: Job, n: int = 1, *, hand_off: bool = False) -> Running | None:
+        """``n`` jobs like ``job`` (its queue and task) ended in the lane's slots: their seats are free
+        for the parked jobs (_rehome); with ``hand_off``, the first of those is returned for the
+        calling slot to run next."""
         with lane.cond:
-            pool = lane.seats.get(queue)
-            if pool is None:
-                return None
-            pool.in_use -= n
+            pools = pools_of(lane, job)
+            for pool in pools:
+                pool.in_use -= n
             lane.cond.notify_all()
-            return self._rehome(lane, pool, hand_off=hand_off)
+            first = None
+            for pool in pools:
+                handed = self._rehome(lane, pool, hand_off=hand_off and first is None)
+                first = first or handed
+            return first
 
     def _rehome(self, lane: Lane, pool: SeatPool, *, hand_off: bool = False) -> Running | None:
         """Parked jobs as many seats are free: the first returned when ``hand_off`` (the calling slot
@@ -263,6 +277,7 @@ class SeatMixin(WorkerBase):
         now = time.monotonic()
         if not pool.usable(now):
             lane.unstarted += pool.parked
+            self._left_waiting(lane, pool.parked, but=pool)
             pool.parked.clear()
             lane.cond.notify_all()
             return None
@@ -286,12 +301,13 @@ class SeatMixin(WorkerBase):
             for pool in lane.seats.values():
                 if pool.parked and (everything or long_runs or not pool.usable(now)):
                     out += pool.parked
+                    self._left_waiting(lane, pool.parked, but=pool)
                     pool.parked.clear()
         return out
 
     def _sit_more(self, lane: Lane, queue: str, most: int) -> int:
-        """A batch's further jobs: seats for up to ``most`` of them, taken now, without waiting (more
-        seats than the lane's slots when free: a batch's jobs run in one slot); how many."""
+        """A batch's further jobs: seats of ``queue`` for up to ``most`` of them, taken now, without
+        waiting (more seats than the lane's slots when free: a batch's jobs run in one slot); how many."""
         pool = lane.seats[queue]
         with lane.cond:
             short = min(most - pool.free(time.monotonic()), pool.cap - len(pool.held))
@@ -303,24 +319,23 @@ class SeatMixin(WorkerBase):
             return n
 
     @staticmethod
-    def _seat_wanted(lane: Lane, queue: str) -> bool:
-        """A job of ``queue`` waits in the lane for a seat (a retry waiting in its slot gives its seat
-        up for it). Holds lane.cond."""
-        pool = lane.seats.get(queue)
-        return pool is not None and (pool.waiting > 0 or bool(pool.parked))
+    def _seat_wanted(lane: Lane, job: Job) -> bool:
+        """A job needing a seat ``job`` holds waits in the lane for one (a retry waiting in its slot
+        gives its seats up for it). Holds lane.cond."""
+        return any(pool.waiting > 0 or pool.parked for pool in pools_of(lane, job))
 
-    def _seats_fresh(self, lane: Lane, queue: str) -> bool:
-        """Every seat the lane holds for ``queue`` is still usable (True for an uncapped queue): a batch
-        that filled for a while starts only then."""
+    def _seats_fresh(self, lane: Lane, job: Job) -> bool:
+        """Every seat the lane holds of ``job``'s caps is still usable (True for none): a batch that
+        filled for a while starts only then."""
         with lane.cond:
-            pool = lane.seats.get(queue)
-            return pool is None or pool.usable(time.monotonic()) == len(pool.held)
+            now = time.monotonic()
+            return all(pool.usable(now) == len(pool.held) for pool in pools_of(lane, job))
 
     def _renew_seats(self, lease: float) -> None:
         """The heartbeat: renew every seat the worker holds in one statement; a seat found lost is
-        dropped (its queue's jobs wait for another)."""
+        dropped (its cap's jobs wait for another)."""
         pools = [(lane, pool) for lane in self.lanes.values() for pool in list(lane.seats.values())]
-        named: list[Seat] = []
+        named: list[tuple[str, int, int]] = []
         for lane, pool in pools:
             with lane.cond:
                 named += pool.named()
@@ -332,17 +347,17 @@ class SeatMixin(WorkerBase):
         for lane, pool in pools:
             with lane.cond:
                 for seat, (fence, _) in list(pool.held.items()):
-                    if (pool.queue, seat, fence) not in named:
+                    if (pool.name, seat, fence) not in named:
                         continue  # taken after the renewal was read
-                    if (pool.queue, seat) in kept:
+                    if (pool.name, seat) in kept:
                         pool.held[seat] = (fence, sent)
                     else:
                         del pool.held[seat]
-                        lost.append(f"{pool.queue}#{seat}")
+                        lost.append(f"{pool.name}#{seat}")
                 lane.cond.notify_all()
         if lost:
-            logger.warning("worker %s lost seat(s) %s of capped queues (leases ran out); their jobs wait for "
-                           "others", self.worker_id, lost)  # fmt: skip
+            logger.warning("worker %s lost seat(s) %s of capped queues or tasks (leases ran out); their jobs "
+                           "wait for others", self.worker_id, lost)  # fmt: skip
 
     def _free_all_seats(self) -> None:
         """A stopping worker frees every seat it holds."""

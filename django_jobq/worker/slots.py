@@ -15,7 +15,7 @@ from .batching import BatchSlotMixin
 from .classify import Outcome, class_path, format_error, timeout_outcome
 from .lanes import Lane, Running
 from .runner import SlotRunner
-from .seats import Sat
+from .seat_pools import Sat
 from .side import SideWriter
 
 logger = logging.getLogger("django_jobq")
@@ -48,7 +48,7 @@ class SlotMixin(BatchSlotMixin):
             with lane.cond:  # never started: the dispatcher gives it back
                 lane.unstarted.append(entry)
                 lane.cond.notify_all()
-            return self._stand(lane, entry.job.queue, hand_off=True) if sat is Sat.SEATED else None
+            return self._stand(lane, entry.job, hand_off=True) if sat is Sat.SEATED else None
         task = resolve_task(entry.job.task)
         try:
             if task is not None and task.batch is not None:
@@ -56,7 +56,7 @@ class SlotMixin(BatchSlotMixin):
             else:
                 self._run_one(lane, number, runner, entry)
         finally:
-            after = self._stand(lane, entry.job.queue, hand_off=True) if sat is Sat.SEATED else None
+            after = self._stand(lane, entry.job, hand_off=True) if sat is Sat.SEATED else None
         return after
 
     def _still_ours(self, entry: Running) -> bool:
@@ -157,7 +157,7 @@ class SlotMixin(BatchSlotMixin):
                 return None
             with lane.cond:
                 queued, free = not lane.work.empty(), lane.busy < lane.usable_slots(time.monotonic())
-                queued = queued or (run is not None and self._seat_wanted(lane, run.job.queue))
+                queued = queued or (run is not None and self._seat_wanted(lane, run.job))
             if queued or (not free and self._other_work_due(lane)):
                 return left
             with lane.cond:

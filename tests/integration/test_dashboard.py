@@ -116,20 +116,24 @@ def test_dashboard_shows_the_queues_and_tasks_limits(settings, admin_client):
     settings.JOBQ = {"QUEUES": {"emails": {"MAX_RUNNING": 4, "RATE_LIMIT": "3/10s", "MAX_DEPTH": 500}}}
     _seed_dashboard()
     Job.objects.take_seats("w1", "emails", cap=4, want=2)
+    Job.objects.take_seats("w1", "task:test.capped", cap=2, want=1)
     snap = dashboard.snapshot()
     emails = next(q for q in snap.queues if q.queue == "emails")
     assert (emails.max_running, emails.seats, emails.max_depth, emails.rate_limit) == (4, 2, 500, "3/10s")
     limits = {t.task: t for t in snap.tasks}
     assert set(limits) >= {"test.capped", "test.capped_per_key", "test.rate_limited"}
-    assert (limits["test.capped"].running, limits["test.capped"].max_running) == (1, 2)
+    capped = limits["test.capped"]
+    assert (capped.running, capped.seats, capped.max_running) == (1, 1, 2)
     assert limits["test.capped_per_key"].max_running_per_key == 1
+    assert limits["test.capped_per_key"].seats is None  # a per-key cap has no seats
     assert limits["test.rate_limited"].rate_limit == "5/s" and limits["test.rate_limited"].running == 0
     page = admin_client.get(DASHBOARD).content.decode()
     assert "≤ 3/10s" in page and 'id="jobq-task-limits"' in page and "test.rate_limited" in page
-    assert "(2 of 4 seats)" in page
+    assert "(2 of 4 seats)" in page and "(1 of 2 seats)" in page
     assert 'id="jobq-cancelled-60m">3 / 4<' in page
     text = dashboard.format_table(snap)
     assert "rate limit: queue emails starts at most 3/10s" in text and "test.capped" in text
+    assert "1 (1/2 seats)" in text
 
 
 @pytest.mark.parametrize(
@@ -153,8 +157,9 @@ def test_format_duration_keeps_the_milliseconds_of_a_short_run(seconds, text):
 @pytest.mark.p1
 def test_dashboard_page(admin_client, django_assert_max_num_queries, python_clock):
     _seed_dashboard()
-    # the snapshot's 7 statements, the unfinished workflows, the session, the user
-    with django_assert_max_num_queries(10):
+    # the snapshot's 8 statements (the seats held: the test app registers tasks with a max_running),
+    # the unfinished workflows, the session, the user
+    with django_assert_max_num_queries(11):
         response = admin_client.get(DASHBOARD)
     assert response.status_code == 200
     page = response.content.decode()

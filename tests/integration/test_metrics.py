@@ -117,7 +117,7 @@ def test_a_real_worker_draining_three_tasks_is_counted_as_the_table_says(fresh_f
 
 @pytest.mark.p1
 @pytest.mark.django_db(transaction=True)
-def test_the_database_figures_agree_with_the_table_and_cost_five_statements(
+def test_the_database_figures_agree_with_the_table_and_cost_six_statements(
     fresh_figures, settings, read_statements
 ):
     settings.JOBQ = {**settings.JOBQ, "METRICS_CACHE_SECONDS": 60}
@@ -132,10 +132,11 @@ def test_the_database_figures_agree_with_the_table_and_cost_five_statements(
     WorkerRecord.objects.create(worker_id="h:2", hostname="h", pid=2, lanes={}, stopped_at=now)
     Job.objects.acquire_lease("reaper", "me", 30)
     found = samples()
-    # the clock, ACTIVE, QUEUE_ROWS, the live workers' lanes, HEALTH: whatever the table holds
-    assert len(read_statements()) == 5
+    # the clock, ACTIVE, QUEUE_ROWS, the live workers' lanes, HEALTH, and the seats held (the test
+    # app registers tasks with a max_running): whatever the table holds
+    assert len(read_statements()) == 6
     samples()
-    assert len(read_statements()) == 5  # inside METRICS_CACHE_SECONDS: read once
+    assert len(read_statements()) == 6  # inside METRICS_CACHE_SECONDS: read once
     for queue in ("emails", "reports"):
         counts = Job.objects.counts(queue)
         for state in ("pending", "running", "dead"):
@@ -173,6 +174,22 @@ def test_a_capped_queues_seats_held_are_a_gauge(fresh_figures, settings):
     assert found["jobq_queue_seats_held", (("queue", "idle"),)] == 0
     assert not [
         key for key in found if key[0] == "jobq_queue_seats_held" and dict(key[1])["queue"] == "other"
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_capped_tasks_seats_held_are_a_gauge(fresh_figures):
+    Job.objects.take_seats("w1", "task:test.capped", cap=2, want=2)
+    found = samples()
+    assert found["jobq_task_seats_held", (("task", "test.capped"),)] == 2
+    assert found["jobq_task_seats_held", (("task", "test.capped_occupy"),)] == 0
+    assert not [
+        key for key in found if key[0] == "jobq_queue_seats_held" and "task:" in dict(key[1])["queue"]
+    ]
+    assert not [
+        key
+        for key in found
+        if key[0] == "jobq_task_seats_held" and dict(key[1])["task"] == "test.capped_per_key"
     ]
 
 

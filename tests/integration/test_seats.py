@@ -113,14 +113,26 @@ def test_a_hostile_seated_claim_is_refused_before_anything_is_written(seated):
     assert Job.objects.get(id=job).status == JobStatus.RUNNING  # its completion not written
 
 
+# A cap of ``n`` on the jobs of queue "capped": the queue's MAX_RUNNING (seats named "capped") or, the
+# queue uncapped, its jobs' task's max_running (seats named "task:<task>").
+CAPS = {
+    ("queue", 1): ({"capped": {"MAX_RUNNING": 1}}, "test.occupy", "capped"),
+    ("queue", 2): ({"capped": {"MAX_RUNNING": 2}}, "test.occupy", "capped"),
+    ("task", 1): ({}, "test.capped_occupy_one", "task:test.capped_occupy_one"),
+    ("task", 2): ({}, "test.capped_occupy", "task:test.capped_occupy"),
+}
+
+
+@pytest.mark.parametrize("kind", ["queue", "task"])
 @pytest.mark.parametrize("lane", ["capped", "*"])  # the queue's own lane waits for a seat, "*" parks
 def test_a_lane_claims_ahead_of_its_seats_and_starts_no_more_than_it_holds(
-    settings, worker_thread, tmp_path, lane
+    settings, worker_thread, tmp_path, lane, kind
 ):
-    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 2}}, "CLAIM_AHEAD": 4}
+    queues, task_name, seats = CAPS[kind, 2]
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": queues, "CLAIM_AHEAD": 4}
     log = tmp_path / "occupy.log"
     ids = Job.objects.enqueue_many(
-        NewJob("test.occupy", {"log": str(log), "seconds": 0.01}, queue="capped") for _ in range(60)
+        NewJob(task_name, {"log": str(log), "seconds": 0.01}, queue="capped") for _ in range(60)
     )
     held = []
     worker_thread({lane: 6})
@@ -132,7 +144,7 @@ def test_a_lane_claims_ahead_of_its_seats_and_starts_no_more_than_it_holds(
     wait_until(sample, interval=0.005, message="every job done")
     assert peak(log) == (2, 60)
     assert max(held) > 2  # jobs claimed ahead of the seats, waiting in the lane without one
-    wait_until(lambda: set(holders("capped").values()) == {None}, message="the idle worker freed its seats")
+    wait_until(lambda: set(holders(seats).values()) == {None}, message="the idle worker freed its seats")
 
 
 def test_a_stopping_star_lane_gives_back_the_jobs_it_parked_unstarted(settings, worker_thread, tmp_path):
@@ -184,17 +196,19 @@ def test_a_stopped_worker_frees_its_seats(settings, worker_thread):
     assert Job.objects.get(id=job).status == JobStatus.DONE
 
 
+@pytest.mark.parametrize("kind", ["queue", "task"])
 def test_a_worker_whose_seat_renewals_stop_starts_nothing_once_they_may_have_run_out(
-    settings, worker_thread, tmp_path
+    settings, worker_thread, tmp_path, kind
 ):
     """Worker A's heartbeat stops renewing its seat (its jobs' leases still renewed, its claims still
     answered): once the seat's last renewal is older than a lease less a heartbeat, A starts none of
     the jobs it claims; B takes the seat when its lease runs out. Never two bodies at once."""
-    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 1}}, "LEASE_SECONDS": 3,
-                     "HEARTBEAT_SECONDS": 1, "POLL_INTERVAL": 0.2}  # fmt: skip
+    queues, task_name, _ = CAPS[kind, 1]
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": queues, "LEASE_SECONDS": 3, "HEARTBEAT_SECONDS": 1,
+                     "POLL_INTERVAL": 0.2}  # fmt: skip
     log = tmp_path / "occupy.log"
     ids = Job.objects.enqueue_many(
-        NewJob("test.occupy", {"log": str(log), "seconds": 0.01}, queue="capped") for _ in range(300)
+        NewJob(task_name, {"log": str(log), "seconds": 0.01}, queue="capped") for _ in range(300)
     )
     a = worker_thread({"capped": 1}, worker_id="A")
     a._renew_seats = lambda lease: None
@@ -211,19 +225,20 @@ def test_a_worker_whose_seat_renewals_stop_starts_nothing_once_they_may_have_run
 @pytest.mark.serial  # cuts a worker's link: never beside other database tests
 @pytest.mark.slow
 @pytest.mark.p0
+@pytest.mark.parametrize("kind", ["queue", "task"])
 def test_a_worker_cut_off_starts_nothing_in_a_seat_another_worker_may_have_taken(
-    settings, worker_thread, tmp_path
+    settings, worker_thread, tmp_path, kind
 ):
     """Worker A runs a queue capped at 1 through a proxy that stops forwarding while A holds the seat
     and has jobs claimed ahead. A starts none once its last renewal is older than a lease less a
     heartbeat; worker B takes the seat once its lease ran out and runs the rest (A's claimed-ahead jobs
     once the reaper returns them). Never two bodies at once, every job done."""
     fast = {"JOBQ_LEASE_SECONDS": "3", "JOBQ_HEARTBEAT_SECONDS": "1", "JOBQ_POLL_INTERVAL": "0.2"}
-    queues = {"capped": {"MAX_RUNNING": 1}}
+    queues, task_name, _ = CAPS[kind, 1]
     settings.JOBQ = {**settings.JOBQ, "QUEUES": queues, "LEASE_SECONDS": 3, "HEARTBEAT_SECONDS": 1}
     log = tmp_path / "occupy.log"
     ids = Job.objects.enqueue_many(
-        NewJob("test.occupy", {"log": str(log), "seconds": 0.02}, queue="capped") for _ in range(400)
+        NewJob(task_name, {"log": str(log), "seconds": 0.02}, queue="capped") for _ in range(400)
     )
     db = connection.settings_dict
     target = (db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432))
@@ -252,3 +267,25 @@ def test_a_worker_cut_off_starts_nothing_in_a_seat_another_worker_may_have_taken
     assert len(a_starts) >= 20 and len(b_starts) >= 300 and max(a_starts) < min(b_starts), (
         len(a_starts), len(b_starts), min(b_starts) - max(a_starts),
     )  # fmt: skip
+
+
+def test_a_job_under_a_queue_cap_and_a_task_cap_runs_only_within_both(settings, worker_thread, tmp_path):
+    """Queue "capped" (MAX_RUNNING 3) holds jobs of a task capped at 2 and of an uncapped task: never
+    more than 3 bodies of the queue at once, nor more than 2 of the task, in either lane kind."""
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"capped": {"MAX_RUNNING": 3}}, "CLAIM_AHEAD": 4}
+    log = tmp_path / "occupy.log"
+    jobs = [
+        NewJob(task_name, {"log": str(log), "seconds": 0.01}, queue="capped")
+        for _ in range(60)
+        for task_name in ("test.capped_occupy", "test.occupy")
+    ]
+    ids = Job.objects.enqueue_many(jobs)
+    capped = {job_id for job_id, job in zip(ids, jobs, strict=True) if job.task == "test.capped_occupy"}
+    worker_thread({"capped": 4}, worker_id="own")
+    worker_thread({"*": 4}, worker_id="star")
+    done = Job.objects.filter(id__in=ids, status=JobStatus.DONE)
+    wait_until(lambda: done.count() == 120, timeout=60, message="every job done")
+    assert peak(log) == (3, 120)
+    assert peak(log, only=capped) == (2, 60)
+    wait_until(lambda: set(holders("capped").values()) | set(holders("task:test.capped_occupy").values()) == {None},
+               message="the idle workers freed their seats")  # fmt: skip

@@ -245,6 +245,18 @@ def capped(seconds: float = 0.02):
     time.sleep(seconds)
 
 
+@django_jobq.task(name="test.capped_occupy", max_running=2, takes_context=True)
+def capped_occupy(context, log: str, seconds: float = 0.02):
+    """test.occupy under a task cap of 2: its bodies are counted from ``log`` (tests/occupancy.py)."""
+    occupy.func(context, log, seconds)
+
+
+@django_jobq.task(name="test.capped_occupy_one", max_running=1, takes_context=True)
+def capped_occupy_one(context, log: str, seconds: float = 0.02):
+    """test.occupy under a task cap of 1."""
+    occupy.func(context, log, seconds)
+
+
 @django_jobq.task(name="test.capped_per_key", max_running_per_key=1)
 def capped_per_key(seconds: float = 0.02):
     time.sleep(seconds)

@@ -9,10 +9,12 @@ import pytest
 from django.db import OperationalError
 
 from django_jobq.conf import jobq_settings
+from django_jobq.managers.seats import TASK_SEATS
 from django_jobq.models import Job
 from django_jobq.worker.lanes import Lane, Running
 from django_jobq.worker.outage import Outage
-from django_jobq.worker.seats import Sat, SeatMixin, SeatPool
+from django_jobq.worker.seat_pools import Sat, SeatPool
+from django_jobq.worker.seats import SeatMixin
 
 
 class Slots(SeatMixin):
@@ -30,10 +32,13 @@ def star_lane(seats: int, cap: int = 4, *, fresh: bool = True) -> Lane:
     return lane
 
 
-def handed(lane: Lane, job_id: int) -> Running:
+JOB_Q = Job(queue="q", task="t")  # what a job of queue q and task t needs
+
+
+def handed(lane: Lane, job_id: int, task: str = "t") -> Running:
     """A job of queue q as the dispatcher hands it to the lane."""
-    entry = Running(Job(id=job_id, queue="q", task="t", fence=1), 1, 1, lane, None)
-    lane.seats["q"].waiting += 1
+    entry = Running(Job(id=job_id, queue="q", task=task, fence=1), 1, 1, lane, None)
+    SeatMixin._handed_seated(lane, [entry])
     return entry
 
 
@@ -56,7 +61,7 @@ def test_the_slot_whose_job_ends_runs_the_parked_one_next():
     slots, lane = Slots(), star_lane(seats=1)
     a, b = handed(lane, 1), handed(lane, 2)
     slots._sit(lane, a), slots._sit(lane, b)
-    assert slots._stand(lane, "q", hand_off=True) is b
+    assert slots._stand(lane, JOB_Q, hand_off=True) is b
     assert slots._sit(lane, b) is Sat.SEATED
 
 
@@ -66,7 +71,7 @@ def test_seats_freed_without_a_hand_off_send_the_parked_jobs_back_to_the_lanes_q
     slots, lane = Slots(), star_lane(seats=2)
     a, b, c, d = (handed(lane, n) for n in range(1, 5))
     assert [slots._sit(lane, e) for e in (a, b, c, d)] == [Sat.SEATED, Sat.SEATED, Sat.PARKED, Sat.PARKED]
-    slots._stand(lane, "q", 2)
+    slots._stand(lane, JOB_Q, 2)
     assert queued(lane) == [3, 4] and lane.seats["q"].waiting == 2 and not lane.seats["q"].parked
 
 
@@ -74,7 +79,7 @@ def test_a_handed_job_refused_passes_its_free_seat_on_to_the_next_parked_job():
     slots, lane = Slots(), star_lane(seats=1)
     a, b, c = handed(lane, 1), handed(lane, 2), handed(lane, 3)
     [slots._sit(lane, e) for e in (a, b, c)]
-    nxt = slots._stand(lane, "q", hand_off=True)
+    nxt = slots._stand(lane, JOB_Q, hand_off=True)
     nxt.lost = True  # a heartbeat found it no longer ours
     assert slots._sit(lane, nxt) is Sat.REFUSED
     assert queued(lane) == [3]  # not left parked behind a seat nobody will free
@@ -85,7 +90,7 @@ def test_parked_jobs_go_back_when_no_seat_is_usable_any_more():
     a, b = handed(lane, 1), handed(lane, 2)
     slots._sit(lane, a), slots._sit(lane, b)
     lane.seats["q"].held = {0: (1, time.monotonic() - 3600)}  # renewals stopped reaching the database
-    assert slots._stand(lane, "q", hand_off=True) is None
+    assert slots._stand(lane, JOB_Q, hand_off=True) is None
     assert lane.unstarted == [b] and not lane.seats["q"].parked
 
 
@@ -138,3 +143,108 @@ def test_seat_takes_that_find_the_database_away_join_the_outage_log_once(monkeyp
         "worker w-1: the database is unreachable (lane *'s seat take: connection refused); retrying, further "
         "errors are summarised every 30s"
     ]
+
+
+def task_pool(lane: Lane, seats: int, cap: int = 4, task: str = "t") -> SeatPool:
+    pool = SeatPool(TASK_SEATS + task, cap, task, held={n: (1, time.monotonic()) for n in range(seats)})
+    lane.seats[pool.name] = pool
+    return pool
+
+
+def test_a_job_under_a_queue_cap_and_a_task_cap_starts_only_with_a_seat_of_each():
+    slots, lane = Slots(), star_lane(seats=2)
+    tasks = task_pool(lane, seats=1)
+    a, b = handed(lane, 1), handed(lane, 2)
+    assert slots._sit(lane, a) is Sat.SEATED
+    assert slots._sit(lane, b) is Sat.PARKED  # a queue seat is free, the task's is not
+    queue = lane.seats["q"]
+    assert (queue.in_use, tasks.in_use, list(tasks.parked), queue.parked) == (1, 1, [b], type(queue.parked)())
+    assert queue.waiting == 1  # still waits for a queue seat: the queue's seats stay held for it
+    assert slots._stand(lane, JOB_Q, hand_off=True) is b
+    assert slots._sit(lane, b) is Sat.SEATED
+    assert (queue.in_use, queue.waiting, tasks.in_use, tasks.waiting) == (1, 0, 1, 0)
+
+
+def test_a_job_of_another_task_is_not_held_back_by_a_task_cap():
+    slots, lane = Slots(), Lane("*", 4)
+    task_pool(lane, seats=1)
+    a, b, other = handed(lane, 1), handed(lane, 2), handed(lane, 3, task="u")
+    assert [slots._sit(lane, e) for e in (a, b, other)] == [Sat.SEATED, Sat.PARKED, Sat.FREE]
+
+
+def test_a_task_caps_parked_job_given_back_leaves_no_count_behind_in_its_queues_pool():
+    slots, lane = Slots(), star_lane(seats=2)
+    tasks = task_pool(lane, seats=1)
+    lane.ran(5.0)  # long runs: parked jobs go back
+    a, b = handed(lane, 1), handed(lane, 2)
+    slots._sit(lane, a), slots._sit(lane, b)
+    assert slots._unpark(lane, everything=False) == [b]
+    assert (lane.seats["q"].waiting, tasks.waiting, len(tasks.parked)) == (0, 0, 0)
+
+
+def test_a_named_lane_parks_a_job_whose_tasks_seats_are_in_use_instead_of_waiting():
+    slots, lane = Slots(), Lane("q", 4)
+    task_pool(lane, seats=1)
+    a, b = handed(lane, 1), handed(lane, 2)
+    assert [slots._sit(lane, e) for e in (a, b)] == [Sat.SEATED, Sat.PARKED]
+
+
+def test_the_claim_asks_for_a_task_per_usable_seat_less_what_it_holds():
+    slots, lane = Slots(), Lane("q", 4)  # a named lane too: a task's pool is never its own
+    task_pool(lane, seats=2)
+    lane.ran(0.001)
+    lane.cycled(0.004)
+    per_seat = 1 + lane.ahead(jobq_settings().claim_ahead)
+    slots._sit(lane, handed(lane, 1))
+    handed(lane, 2)
+    lane.held = ("q",)  # its queue paused: a task's seats are not a queue's
+    assert slots._seated(lane) == {TASK_SEATS + "t": 2 * per_seat - 1 - 1}
+    assert slots._seated_caps(lane, {TASK_SEATS + "t": 3}) == ({}, {"t": 3})
+
+
+class Releases:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, worker_id, seats=None):
+        self.calls.append(seats)
+        return len(seats or ())
+
+
+@pytest.mark.parametrize(
+    "case, freed",
+    [
+        ("found fewer than it could", True),
+        ("claim full of other jobs", False),
+        ("no room to claim", True),
+        ("one of its jobs waits", False),
+    ],
+)
+def test_a_lane_frees_a_task_caps_seats_it_has_no_use_for(monkeypatch, case, freed):
+    releases = Releases()
+    monkeypatch.setattr(Job.objects, "release_seats", releases)
+    slots, lane = Slots(), Lane("*", 4)
+    pool = task_pool(lane, seats=2)
+    other = [Job(id=n, queue="q", task="u") for n in range(4)]
+    jobs, asked = {
+        "found fewer than it could": (other[:1], 4),
+        "claim full of other jobs": (other, 4),
+        "no room to claim": ([], 0),
+        "one of its jobs waits": (other[:1], 4),
+    }[case]
+    if case == "one of its jobs waits":
+        handed(lane, 9)
+    slots._free_idle_seats(lane, {pool.name: 2}, jobs, asked)
+    assert (not pool.held) is freed and bool(releases.calls) is freed
+
+
+def test_a_task_caps_seats_unused_for_a_poll_interval_are_freed_even_by_a_busy_lane(monkeypatch):
+    monkeypatch.setattr(Job.objects, "release_seats", Releases())
+    slots, lane = Slots(), Lane("*", 4)
+    pool = task_pool(lane, seats=2)
+    full = [Job(id=n, queue="q", task="u") for n in range(4)]
+    slots._free_idle_seats(lane, {pool.name: 2}, full, 4)
+    assert pool.held and pool.idle_since is not None
+    pool.idle_since -= slots.poll_interval
+    slots._free_idle_seats(lane, {pool.name: 2}, full, 4)
+    assert not pool.held and pool.take_at > time.monotonic()
