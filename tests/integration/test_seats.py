@@ -104,12 +104,15 @@ def test_hostile_seat_requests_are_refused_before_anything_is_written(worker, qu
     assert not CapSeat.objects.exists()
 
 
-@pytest.mark.parametrize("seated", [{"q\x00": 1}, {"q\ud800": 1}, {"q": -1}, {"q": 1 << 40}, {"q": "many"}])
-def test_a_hostile_seated_claim_is_refused_before_anything_is_written(seated):
+@pytest.mark.parametrize("what", ["seated", "seated_tasks"])
+@pytest.mark.parametrize(
+    "seated", [{"q\x00": 1}, {"q\ud800": 1}, {"q": -1}, {"q": 1 << 40}, {"q": "many"}, {" q": 1}, {"": 1}]
+)
+def test_a_hostile_seated_claim_is_refused_before_anything_is_written(seated, what):
     job = Job.objects.enqueue("test.noop", queue="q")
     claimed = Job.objects.claim("w1", queues=["q"])
     with pytest.raises(JobqError):
-        Job.objects.complete_and_claim("w1", [(job, claimed.fence, "null")], 1, "q", seated=seated)
+        Job.objects.complete_and_claim("w1", [(job, claimed.fence, "null")], 1, "q", **{what: seated})
     assert Job.objects.get(id=job).status == JobStatus.RUNNING  # its completion not written
 
 
