@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.db import Error as DatabaseError
 from django.db import transaction
 
 from .. import fairness, validation
@@ -19,6 +21,8 @@ from .written import Written
 
 if TYPE_CHECKING:
     from ..models import Job
+
+logger = logging.getLogger("django_jobq")
 
 # A complete_and_claim statement's parameters that make it claim only.
 _CLAIM_ONLY: dict[str, Any] = {"ids": [], "fences": [], "results": []}
@@ -164,7 +168,14 @@ class ClaimManager(CapManager):
             statement = (
                 sql.COMPLETE_AND_CLAIM_CAPPED_TASK_CAPS if task_caps else sql.COMPLETE_AND_CLAIM_CAPPED
             )
-        trim = task_caps and bool(params["cap_counted"])
+        counted = {  # the caps this claim counts (not a seated task's max_running): settled below
+            name: (most, key_most)
+            for name, most, key_most in zip(
+                params["cap_tasks"], params["cap_most"], params["cap_key_most"], strict=True
+            )
+            if most is not None or key_most is not None
+        }
+        trim = task_caps and bool(counted)
         if params["cap"] is None and not task_caps:
             return self._run_complete_and_claim(statement, params)[:2]
         atomic = params["cap"] is not None or trim  # the locks below last until the claim commits
@@ -177,11 +188,20 @@ class ClaimManager(CapManager):
             # each round leaves out one more task or key than the last: the rounds end.
             while look_past and held_back and taken and len(jobs) < params["limit"]:
                 more = {**params, **_CLAIM_ONLY, "limit": params["limit"] - len(jobs)}
-                _, found, held_back = self._run_complete_and_claim(statement, more)
+                try:
+                    _, found, held_back = self._run_complete_and_claim(statement, more)
+                except DatabaseError:
+                    if atomic:  # rolls back the rounds before: nothing was claimed
+                        raise
+                    # Without a transaction the rounds before have committed: their jobs are this
+                    # worker's, and go to it (they would otherwise wait out their leases).
+                    logger.warning("a further claim round failed; keeping the %d job(s) claimed", len(jobs),
+                                   exc_info=True)  # fmt: skip
+                    break
                 jobs += self._spend_rations(params, found)
                 taken = len(found)
             if trim:
-                jobs = self._trim_to_task_caps(params["worker_id"], jobs, params["cap_counted"])
+                jobs = self._trim_to_task_caps(params["worker_id"], jobs, counted)
             return written, jobs
 
     def _run_complete_and_claim(
@@ -210,8 +230,7 @@ class ClaimManager(CapManager):
         """The registered capped tasks, and the rate-limited tasks of ``rations`` (task -> permits
         held), as the _TASK_CAPS statements take them; none on an engine without task caps (no job of
         a capped or rate-limited task is ever enqueued there). A task of ``seated`` (task -> jobs its
-        seats leave room for) is claimed up to that many, its max_running not counted; cap_counted
-        names the tasks whose caps the claim counts (then settles under their locks: capping.py)."""
+        seats leave room for) is claimed up to that many, its max_running not counted (cap_most NULL)."""
         if not self._engine().capabilities.task_caps:
             tasks, rations, seated = {}, {}, {}
         else:
@@ -227,9 +246,6 @@ class ClaimManager(CapManager):
             "cap_most": [most.get(n) for n in names],
             "cap_key_most": [key_most.get(n) for n in names],
             "cap_ration": [ration.get(n) for n in names],
-            "cap_counted": {
-                n: (most.get(n), key_most.get(n)) for n in names if most.get(n) or key_most.get(n)
-            },
         }
 
     @staticmethod

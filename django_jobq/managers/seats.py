@@ -52,13 +52,14 @@ class SeatManager(BaseJobManager):
 
     def renew_seats(
         self, worker_id: str, seats: Sequence[Seat], lease_seconds: float | None = None
-    ) -> set[tuple[str, int]]:
-        """Extend the leases of ``seats`` (queue, seat, fence); the (queue, seat) still held, the
-        others are lost."""
+    ) -> set[Seat]:
+        """Extend the leases of ``seats`` (queue, seat, fence); those still held under that fence,
+        the others are lost (a worker's lanes may each have held one seat under successive fences)."""
         if not seats:
             return set()
         params = {**self._named(worker_id, seats), "lease": self._lease(lease_seconds)}
-        return {(queue, int(seat)) for queue, seat in self._execute(self._sql().SEAT_RENEW, params)}
+        rows = self._execute(self._sql().SEAT_RENEW, params)
+        return {(queue, int(seat), int(fence)) for queue, seat, fence in rows}
 
     def release_seats(self, worker_id: str, seats: Sequence[Seat] | None = None) -> int:
         """Free ``seats`` (queue, seat, fence), or every seat ``worker_id`` holds (None); how many."""

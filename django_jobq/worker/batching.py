@@ -37,7 +37,7 @@ class BatchSlotMixin(SeatMixin):
         with lane.cond:
             lane.started[number] = started
         members = [first, *self._fill(lane, first, task)]
-        if not self._seats_fresh(lane, first.job):  # a seat's renewals stopped while it filled
+        if not self._seats_fresh(lane, first):  # a seat's renewals stopped while it filled
             self._set_aside(lane, number, members)
             return
         began = time.monotonic()
@@ -61,7 +61,7 @@ class BatchSlotMixin(SeatMixin):
                 if outcome.abandoned and self._running.get(entry.key) is entry:
                     del self._running[entry.key]
         if len(members) > 1:
-            self._stand(lane, first.job, len(members) - 1)  # the first's seat is its slot's
+            self._stand(lane, first, len(members) - 1)  # the first's seat is its slot's
         with lane.cond:
             lane.started.pop(number, None)
             lane.busy -= 1  # the first job's place; the others were never counted in the lane
@@ -75,7 +75,7 @@ class BatchSlotMixin(SeatMixin):
         with self._lock:
             lane.current.pop(number, None)
         if len(members) > 1:
-            self._stand(lane, members[0].job, len(members) - 1)
+            self._stand(lane, members[0], len(members) - 1)
         with lane.cond:
             lane.started.pop(number, None)
             lane.busy += len(members) - 1  # the others join the first in the lane's count, to go back
@@ -140,14 +140,14 @@ class BatchSlotMixin(SeatMixin):
                 )  # fmt: skip
             except DatabaseError as exc:
                 if seated:
-                    self._stand(lane, first.job, room)
+                    self._stand(lane, first, room)
                 if is_connection_error(exc):
                     connections[jobq_settings().database].close()
                 logger.warning("worker %s: batch of job %s runs with what it has (%s)", self.worker_id,
                                first.job.id, exc)  # fmt: skip
                 return None
             if seated and room > len(jobs):
-                self._stand(lane, first.job, room - len(jobs))
+                self._stand(lane, first, room - len(jobs))
             entries = [
                 Running(job, job.fence, job.attempts, lane, first.timeout, renewed_at=sent) for job in jobs
             ]

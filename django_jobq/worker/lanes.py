@@ -66,6 +66,8 @@ class Running:
     permitted: bool = False  # claimed with a permit of its queue's rate limit (worker/rationing.py)
     task_permitted: bool = False  # claimed with a permit of its task's rate limit (worker/rationing.py)
     cancel: CancelSignal = field(default_factory=CancelSignal)  # set when a heartbeat finds a cancel asked
+    # the lane's pools of the caps it runs under (worker/seats.py), fixed as it is handed to the lane
+    seat_pools: list[SeatPool] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..conf import jobq_settings
@@ -71,7 +71,7 @@ class RationMixin(WorkerBase):
         skip = {*lane.exclude, *lane.held}
         return {name: o.rate_limit for name, o in queues.items() if o.rate_limit and name not in skip}
 
-    def _rations(self, lane: Lane, free: int) -> dict[str, int]:
+    def _rations(self, lane: Lane, free: int, seat_room: Mapping[str, int] | None = None) -> dict[str, int]:
         """Take the permits of this cycle's claim: per rate-limited queue the lane claims from, the
         permits taken (at most ``free`` in all). A queue whose bucket is empty, or which had no due
         job at the lane's last look, is not asked until then (0: left out of the claim). Without the
@@ -94,20 +94,23 @@ class RationMixin(WorkerBase):
             if wait > 0:
                 lane.permit_at[queue] = now + wait
             rations[queue] = taken
-        self._ration_tasks(lane, self._asked(lane, free, rations), now)
+        self._ration_tasks(lane, self._asked(lane, free, rations), now, seat_room or {})
         return rations
 
-    def _ration_tasks(self, lane: Lane, most: int, now: float) -> None:
+    def _ration_tasks(self, lane: Lane, most: int, now: float, seat_room: Mapping[str, int]) -> None:
         """Take the permits of this cycle's claim for the rate-limited tasks the lane rations, at most
-        ``most`` each, into lane.task_rations (0: none; the claim leaves the task's jobs out)."""
+        ``most`` each, and for a capped task no more than its ``seat_room`` (its jobs the lane's seats
+        leave room for: worker/seats.py), into lane.task_rations (0: none; the claim leaves the task's
+        jobs out)."""
         for task in sorted(lane.task_rations):
             rate = _task_rate(task)
-            if most <= 0 or rate is None or now < lane.task_permit_at.get(task, 0.0):
+            want = min(most, seat_room.get(task, most))
+            if want <= 0 or rate is None or now < lane.task_permit_at.get(task, 0.0):
                 lane.task_rations[task] = 0
                 continue
             lane.task_permit_at.pop(task, None)
             try:
-                taken, wait = task_bucket(task, rate).take(most)
+                taken, wait = task_bucket(task, rate).take(want)
             except RateLimitUnavailable as exc:
                 logger.warning("rate limit of task %s unavailable (%s): its jobs wait", task, exc)
                 taken, wait = 0, self.poll_interval

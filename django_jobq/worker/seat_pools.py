@@ -33,6 +33,12 @@ class SeatPool:
     name: str  # the capped queue's name, or task_seats(the capped task's)
     cap: int
     task: str | None = None  # a capped task's pool: its name
+    # a capped task's pool: the task's own queue (Task.queue), where its jobs usually are, and whether
+    # the lane serves it; a lane that does not takes the task's seats only after a claim that found too
+    # little (probe), so a busy lane of other queues never holds them
+    queue: str | None = None
+    home: bool = True
+    probe: bool = False
     # seat number -> (fence, monotonic time at which its last take or renewal was sent)
     held: dict[int, tuple[int, float]] = field(default_factory=dict)
     in_use: int = 0  # jobs running in the lane's slots in one of these seats each
@@ -41,7 +47,7 @@ class SeatPool:
     # seats ends (so no slot waits for a seat, but those of a capped queue's own lane)
     parked: deque[Running] = field(default_factory=deque)
     take_at: float = 0.0  # monotonic time before which the lane does not try to take seats again
-    idle_since: float | None = None  # a task's pool: monotonic time since which no job of it was in the lane
+    spare_since: float | None = None  # monotonic time since which the lane holds more than it can use
 
     def usable(self, now: float) -> int:
         """Seats a job may start in: those renewed within a lease less a heartbeat."""
@@ -57,6 +63,15 @@ class SeatPool:
 
     def named(self) -> list[Seat]:
         return [(self.name, seat, fence) for seat, (fence, _) in sorted(self.held.items())]
+
+
+def need(lane: Lane, pool: SeatPool) -> int:
+    """The seats of ``pool`` the lane can use now: a capped queue's own lane, as many as its slots (all
+    of them serve the queue); any other, those in use and one per slot not inside a run (a lane busy
+    with other work needs none more). Holds lane.cond."""
+    if pool is lane.own_seats:
+        return min(pool.cap, lane.slots)
+    return min(pool.cap, lane.slots, pool.in_use + max(0, lane.slots - len(lane.started)))
 
 
 def pools_of(lane: Lane, job: Job) -> list[SeatPool]:

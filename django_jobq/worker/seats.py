@@ -40,7 +40,7 @@ from ..registry import capped_tasks
 from ..sql import engine_for
 from .base import WorkerBase, is_connection_error
 from .lanes import Lane, Running
-from .seat_pools import Sat, SeatPool, pools_of
+from .seat_pools import Sat, SeatPool, need, pools_of
 
 logger = logging.getLogger("django_jobq")
 
@@ -54,33 +54,39 @@ class SeatMixin(WorkerBase):
         conf = jobq_settings()
         caps = conf.caps()
         serves = [lane.claims] if lane.claims is not None else [q for q in caps if q not in lane.exclude]
-        wanted: dict[str, tuple[int, str | None]] = {q: (caps[q], None) for q in serves if q in caps}
+        wanted = {q: SeatPool(q, caps[q]) for q in serves if q in caps}
         if engine_for(conf.database).capabilities.task_caps:
             for task_name, task in capped_tasks().items():
-                if task.max_running is not None:
-                    wanted[task_seats(task_name)] = (task.max_running, task_name)
+                if task.max_running is not None:  # (a queue named so runs in the task's seats)
+                    home = task.queue == lane.claims or (
+                        lane.claims is None and task.queue not in lane.exclude
+                    )
+                    name = task_seats(task_name)
+                    wanted[name] = SeatPool(name, task.max_running, task_name, task.queue, home)
         with lane.cond:
-            for name, (cap, of_task) in wanted.items():
+            for name, made in wanted.items():
                 if (pool := lane.seats.get(name)) is None:
-                    lane.seats[name] = SeatPool(name, cap, of_task)
+                    lane.seats[name] = made
                 else:
-                    pool.cap = cap
+                    pool.cap = made.cap
             return dict(lane.seats)
 
     def _take_seats(self, lane: Lane) -> None:
-        """Before a claim: take the seats the lane lacks, up to the cap or its slots, of each capped
-        queue not held (paused) and each capped task while the lane has room, but those waiting out a
-        take that found none."""
+        """Before a claim: take the seats the lane lacks of what it can use (seat_pools.need), of each
+        capped queue not held (paused), then of each capped task (of one whose own queue the lane does
+        not serve, only after a claim that found too little), but those waiting out a take that found
+        none."""
         held = set(lane.held)
-        claim_ahead = jobq_settings().claim_ahead
-        for name, pool in sorted(self._seat_pools(lane).items()):
+        pools = sorted(self._seat_pools(lane).items(), key=lambda item: (item[1].task is not None, item[0]))
+        for name, pool in pools:
             with lane.cond:
-                now = time.monotonic()
-                want = min(pool.cap, lane.slots) - len(pool.held)
-                if want <= 0 or now < pool.take_at or (pool.task is None and name in held):
+                if time.monotonic() < pool.take_at or (pool.task is None and name in held):
                     continue
-                if pool.task is not None and lane.capacity(claim_ahead, now) <= lane.busy:
-                    continue  # no room to claim its jobs: its seats are better left to others
+                if not (pool.home or pool.probe):
+                    continue
+                want = need(lane, pool) - len(pool.held)
+                if want <= 0:
+                    continue
             if self._take(lane, pool, want) < want:  # the others are held elsewhere
                 with lane.cond:  # try again at the poll or a wake-up
                     pool.take_at = time.monotonic() + self.poll_interval
@@ -103,8 +109,6 @@ class SeatMixin(WorkerBase):
         with lane.cond:
             for seat, fence in taken:
                 pool.held[seat] = (fence, sent)
-            if taken:
-                pool.idle_since = None
             lane.cond.notify_all()  # a slot waiting for a seat
             self._rehome(lane, pool)
         return len(taken)
@@ -154,11 +158,12 @@ class SeatMixin(WorkerBase):
                 tasks[task] = most
         return queues, tasks
 
-    def _free_idle_seats(self, lane: Lane, seated: dict[str, int], jobs: list[Job], asked: int) -> None:
-        """After a claim, free the seats of the caps none of whose jobs runs or waits in the lane: a
-        queue's when the claim found fewer of its jobs than it could take; a task's likewise, or when
-        the lane asked for none, or once none of its jobs was in the lane for a poll interval. The lane
-        takes none of them again before the poll interval or a wake-up."""
+    def _free_spare_seats(self, lane: Lane, seated: dict[str, int], jobs: list[Job], asked: int) -> None:
+        """After a claim, free the seats the lane has no use for: all of a cap's once none of its jobs
+        runs or waits in the lane and the claim found fewer of them than it could take (or its queue is
+        paused); and, but in a capped queue's own lane, those beyond what the lane can use
+        (seat_pools.need) once it has held more than that for a poll interval (its slots busy with
+        other work). The lane takes none of them again before the poll interval or a wake-up."""
         if not lane.seats:
             return
         got = Counter(name for job in jobs for name in (job.queue, task_seats(job.task)))
@@ -167,21 +172,22 @@ class SeatMixin(WorkerBase):
         now = time.monotonic()
         with lane.cond:
             for name, pool in lane.seats.items():
-                if not pool.idle():
-                    pool.idle_since = None
-                    continue
+                pool.probe = short  # (a task's pool away from its queue: it may take seats next)
                 if not pool.held:
+                    pool.spare_since = None
                     continue
-                could = (asked if pool is lane.own_seats else seated[name]) if name in seated else None
-                if pool.task is not None:
-                    pool.idle_since = pool.idle_since or now
-                    unused = now - pool.idle_since >= self.poll_interval
-                    if not (asked == 0 or unused or (short and could and got[name] < could)):
-                        continue
-                elif could is not None and (not short or could <= 0 or got[name] >= could):
-                    continue  # a paused queue's (not in seated) are freed at once
-                freed += pool.named()
-                pool.held.clear()
+                could = (asked if pool is lane.own_seats else seated[name]) if name in seated else 0
+                dry = name not in seated or (short and could > 0 and got[name] < could)
+                if pool.idle() and dry:
+                    spare = len(pool.held)
+                elif pool is lane.own_seats or (spare := len(pool.held) - need(lane, pool)) <= 0:
+                    pool.spare_since = None
+                    continue
+                elif pool.spare_since is None or now - pool.spare_since < self.poll_interval:
+                    pool.spare_since = pool.spare_since or now
+                    continue
+                freed += self._let_go(pool, spare, now)
+                pool.spare_since = None
                 pool.take_at = now + self.poll_interval
         if freed:
             try:
@@ -189,21 +195,37 @@ class SeatMixin(WorkerBase):
             except DatabaseError as exc:  # they come free when their leases run out
                 logger.warning("worker %s: could not free seats %s (%s)", self.worker_id, freed, exc)
 
+    def _let_go(self, pool: SeatPool, n: int, now: float) -> list[tuple[str, int, int]]:
+        """Drop ``n`` of the pool's seats, those no longer usable first, then the highest; the seats
+        named, to free. Holds the lane's cond."""
+        margin = jobq_settings().lease_seconds - jobq_settings().heartbeat_seconds
+        order = sorted(pool.held.items(), key=lambda item: (now - item[1][1] < margin, -item[0]))
+        dropped = [(pool.name, seat, fence) for seat, (fence, _) in order[:n]]
+        for _, seat, _ in dropped:
+            del pool.held[seat]
+        return dropped
+
     def _seat_woken(self, lane: Lane, queue: str | None) -> None:
-        """A wake-up for ``queue`` (None: any): the lane may take its seats, and any capped task's (its
-        jobs may be what woke it), at once. Holds lane.cond."""
+        """A wake-up for ``queue`` (None: any): the lane may take its seats, and those of the capped
+        tasks whose own queue it is, at once. Holds lane.cond."""
         for name, pool in lane.seats.items():
-            if queue is None or name == queue or pool.task is not None:
+            if (
+                queue is None
+                or name == queue
+                or (pool.task is not None and pool.home and pool.queue == queue)
+            ):
                 pool.take_at = 0.0
 
     @staticmethod
     def _handed_seated(lane: Lane, entries: Iterable[Running]) -> None:
-        """Claimed jobs under caps enter the lane: each waits for a slot, then for its seats."""
+        """Claimed jobs under caps enter the lane: each waits for a slot, then for its seats (those of
+        the pools it needs as it enters, whatever caps are read later)."""
         if not lane.seats:
             return
         with lane.cond:
             for entry in entries:
-                for pool in pools_of(lane, entry.job):
+                entry.seat_pools = pools_of(lane, entry.job)
+                for pool in entry.seat_pools:
                     pool.waiting += 1
 
     @staticmethod
@@ -213,7 +235,7 @@ class SeatMixin(WorkerBase):
             return
         with lane.cond:
             for entry in entries:
-                for pool in pools_of(lane, entry.job):
+                for pool in entry.seat_pools:
                     if pool is not but:
                         pool.waiting -= 1
 
@@ -223,13 +245,13 @@ class SeatMixin(WorkerBase):
         otherwise the job is parked in the first pool with no free seat (a slot whose job in that pool
         ends runs it next). REFUSED (give it back) when stopping, or when a pool it needs has no usable
         seat (renewals stopped reaching the database)."""
-        pools = pools_of(lane, entry.job)
+        pools = entry.seat_pools
         if not pools:
             return Sat.FREE
         with lane.cond:
             sat, parked_in = Sat.REFUSED, None
             while not self.stopping.is_set() and not entry.lost:  # counted waiting meanwhile: its
-                now = time.monotonic()  # seats stay held (_free_idle_seats)
+                now = time.monotonic()  # seats stay held (_free_spare_seats)
                 full = next((pool for pool in pools if pool.free(now) <= 0), None)
                 if full is None:
                     for pool in pools:
@@ -251,12 +273,12 @@ class SeatMixin(WorkerBase):
                     self._rehome(lane, pool)
             return sat
 
-    def _stand(self, lane: Lane, job: Job, n: int = 1, *, hand_off: bool = False) -> Running | None:
-        """``n`` jobs like ``job`` (its queue and task) ended in the lane's slots: their seats are free
-        for the parked jobs (_rehome); with ``hand_off``, the first of those is returned for the
-        calling slot to run next."""
+    def _stand(self, lane: Lane, entry: Running, n: int = 1, *, hand_off: bool = False) -> Running | None:
+        """``n`` jobs in ``entry``'s seats (a batch's further jobs: its queue's) ended in the lane's
+        slots: their seats are free for the parked jobs (_rehome); with ``hand_off``, the first of those
+        is returned for the calling slot to run next."""
         with lane.cond:
-            pools = pools_of(lane, job)
+            pools = entry.seat_pools
             for pool in pools:
                 pool.in_use -= n
             lane.cond.notify_all()
@@ -319,17 +341,17 @@ class SeatMixin(WorkerBase):
             return n
 
     @staticmethod
-    def _seat_wanted(lane: Lane, job: Job) -> bool:
-        """A job needing a seat ``job`` holds waits in the lane for one (a retry waiting in its slot
+    def _seat_wanted(lane: Lane, entry: Running) -> bool:
+        """A job needing a seat ``entry`` holds waits in the lane for one (a retry waiting in its slot
         gives its seats up for it). Holds lane.cond."""
-        return any(pool.waiting > 0 or pool.parked for pool in pools_of(lane, job))
+        return any(pool.waiting > 0 or pool.parked for pool in entry.seat_pools)
 
-    def _seats_fresh(self, lane: Lane, job: Job) -> bool:
-        """Every seat the lane holds of ``job``'s caps is still usable (True for none): a batch that
-        filled for a while starts only then."""
+    def _seats_fresh(self, lane: Lane, entry: Running) -> bool:
+        """Every seat the lane holds of ``entry``'s caps is still usable (True for none): a batch that
+        filled for a while, or an in-slot retry, starts only then."""
         with lane.cond:
             now = time.monotonic()
-            return all(pool.usable(now) == len(pool.held) for pool in pools_of(lane, job))
+            return all(pool.usable(now) == len(pool.held) for pool in entry.seat_pools)
 
     def _renew_seats(self, lease: float) -> None:
         """The heartbeat: renew every seat the worker holds in one statement; a seat found lost is
@@ -349,7 +371,7 @@ class SeatMixin(WorkerBase):
                 for seat, (fence, _) in list(pool.held.items()):
                     if (pool.name, seat, fence) not in named:
                         continue  # taken after the renewal was read
-                    if (pool.name, seat) in kept:
+                    if (pool.name, seat, fence) in kept:
                         pool.held[seat] = (fence, sent)
                     else:
                         del pool.held[seat]

@@ -48,7 +48,7 @@ class SlotMixin(BatchSlotMixin):
             with lane.cond:  # never started: the dispatcher gives it back
                 lane.unstarted.append(entry)
                 lane.cond.notify_all()
-            return self._stand(lane, entry.job, hand_off=True) if sat is Sat.SEATED else None
+            return self._stand(lane, entry, hand_off=True) if sat is Sat.SEATED else None
         task = resolve_task(entry.job.task)
         try:
             if task is not None and task.batch is not None:
@@ -56,7 +56,7 @@ class SlotMixin(BatchSlotMixin):
             else:
                 self._run_one(lane, number, runner, entry)
         finally:
-            after = self._stand(lane, entry.job, hand_off=True) if sat is Sat.SEATED else None
+            after = self._stand(lane, entry, hand_off=True) if sat is Sat.SEATED else None
         return after
 
     def _still_ours(self, entry: Running) -> bool:
@@ -130,7 +130,7 @@ class SlotMixin(BatchSlotMixin):
         timeout = (task.timeout if task else None) or jobq_settings().job_timeout
         new = Running(
             old.job, fence, attempt, old.lane, timeout, time.monotonic() + timeout if timeout else None,
-            cancel=old.cancel,
+            cancel=old.cancel, seat_pools=old.seat_pools,
         )  # fmt: skip
         with self._lock:
             if self._running.get(old.key) is old:
@@ -153,11 +153,11 @@ class SlotMixin(BatchSlotMixin):
                 timed_out = (run := lane.current.get(number)) is not None and run.timed_out
             if self.stopping.is_set() or timed_out:  # a run past its timeout fails as such, no retry here
                 return 0.0
-            if left <= 0:
-                return None
+            if left <= 0:  # retry now, in this slot: only in seats still usable
+                return None if run is None or self._seats_fresh(lane, run) else 0.0
             with lane.cond:
                 queued, free = not lane.work.empty(), lane.busy < lane.usable_slots(time.monotonic())
-                queued = queued or (run is not None and self._seat_wanted(lane, run.job))
+                queued = queued or (run is not None and self._seat_wanted(lane, run))
             if queued or (not free and self._other_work_due(lane)):
                 return left
             with lane.cond:

@@ -74,7 +74,7 @@ def test_a_seat_whose_lease_ran_out_changes_hands_and_its_old_holder_cannot_rene
         [(seat, fence)] = Job.objects.take_seats("a", "q", cap=1, want=1, lease_seconds=10)
         clock.shift(9)
         assert Job.objects.take_seats("b", "q", cap=1, want=1) == []  # not yet
-        assert Job.objects.renew_seats("a", [("q", seat, fence)], 10) == {("q", seat)}
+        assert Job.objects.renew_seats("a", [("q", seat, fence)], 10) == {("q", seat, fence)}
         clock.shift(11)
         [(again, new_fence)] = Job.objects.take_seats("b", "q", cap=1, want=1, lease_seconds=10)
         assert (again, new_fence) == (seat, fence + 1)
@@ -84,6 +84,18 @@ def test_a_seat_whose_lease_ran_out_changes_hands_and_its_old_holder_cannot_rene
         assert holders() == {0: "b"}
         assert Job.objects.release_seats("b", [("q", again, new_fence)]) == 1
         assert holders() == {0: None}
+
+
+def test_a_seat_retaken_by_another_lane_of_the_same_worker_is_renewed_for_the_new_holder_only(python_clock):
+    """Two lanes of one worker share a task's seats: a lane whose seat's lease ran out, retaken by the
+    other lane under a higher fence, learns at the next renewal that it lost it."""
+    with time_machine.travel(T0, tick=False) as clock:
+        [(seat, fence)] = Job.objects.take_seats("a", "task:t", cap=1, want=1, lease_seconds=10)
+        clock.shift(11)
+        [(again, new_fence)] = Job.objects.take_seats("a", "task:t", cap=1, want=1, lease_seconds=10)
+        assert (again, new_fence) == (seat, fence + 1)
+        both = [("task:t", seat, fence), ("task:t", seat, new_fence)]
+        assert Job.objects.renew_seats("a", both, 10) == {("task:t", seat, new_fence)}
 
 
 def test_a_lowered_cap_leaves_the_seats_past_it_and_a_raised_cap_makes_its_new_ones():

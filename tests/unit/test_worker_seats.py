@@ -15,6 +15,7 @@ from django_jobq.worker.lanes import Lane, Running
 from django_jobq.worker.outage import Outage
 from django_jobq.worker.seat_pools import Sat, SeatPool
 from django_jobq.worker.seats import SeatMixin
+from django_jobq.worker.slots import SlotMixin
 
 
 class Slots(SeatMixin):
@@ -30,9 +31,6 @@ def star_lane(seats: int, cap: int = 4, *, fresh: bool = True) -> Lane:
     renewed = time.monotonic() - (0 if fresh else 3600)
     lane.seats["q"] = SeatPool("q", cap, held={n: (1, renewed) for n in range(seats)})
     return lane
-
-
-JOB_Q = Job(queue="q", task="t")  # what a job of queue q and task t needs
 
 
 def handed(lane: Lane, job_id: int, task: str = "t") -> Running:
@@ -61,7 +59,7 @@ def test_the_slot_whose_job_ends_runs_the_parked_one_next():
     slots, lane = Slots(), star_lane(seats=1)
     a, b = handed(lane, 1), handed(lane, 2)
     slots._sit(lane, a), slots._sit(lane, b)
-    assert slots._stand(lane, JOB_Q, hand_off=True) is b
+    assert slots._stand(lane, a, hand_off=True) is b
     assert slots._sit(lane, b) is Sat.SEATED
 
 
@@ -71,7 +69,7 @@ def test_seats_freed_without_a_hand_off_send_the_parked_jobs_back_to_the_lanes_q
     slots, lane = Slots(), star_lane(seats=2)
     a, b, c, d = (handed(lane, n) for n in range(1, 5))
     assert [slots._sit(lane, e) for e in (a, b, c, d)] == [Sat.SEATED, Sat.SEATED, Sat.PARKED, Sat.PARKED]
-    slots._stand(lane, JOB_Q, 2)
+    slots._stand(lane, a, 2)
     assert queued(lane) == [3, 4] and lane.seats["q"].waiting == 2 and not lane.seats["q"].parked
 
 
@@ -79,7 +77,7 @@ def test_a_handed_job_refused_passes_its_free_seat_on_to_the_next_parked_job():
     slots, lane = Slots(), star_lane(seats=1)
     a, b, c = handed(lane, 1), handed(lane, 2), handed(lane, 3)
     [slots._sit(lane, e) for e in (a, b, c)]
-    nxt = slots._stand(lane, JOB_Q, hand_off=True)
+    nxt = slots._stand(lane, a, hand_off=True)
     nxt.lost = True  # a heartbeat found it no longer ours
     assert slots._sit(lane, nxt) is Sat.REFUSED
     assert queued(lane) == [3]  # not left parked behind a seat nobody will free
@@ -90,7 +88,7 @@ def test_parked_jobs_go_back_when_no_seat_is_usable_any_more():
     a, b = handed(lane, 1), handed(lane, 2)
     slots._sit(lane, a), slots._sit(lane, b)
     lane.seats["q"].held = {0: (1, time.monotonic() - 3600)}  # renewals stopped reaching the database
-    assert slots._stand(lane, JOB_Q, hand_off=True) is None
+    assert slots._stand(lane, a, hand_off=True) is None
     assert lane.unstarted == [b] and not lane.seats["q"].parked
 
 
@@ -160,7 +158,7 @@ def test_a_job_under_a_queue_cap_and_a_task_cap_starts_only_with_a_seat_of_each(
     queue = lane.seats["q"]
     assert (queue.in_use, tasks.in_use, list(tasks.parked), queue.parked) == (1, 1, [b], type(queue.parked)())
     assert queue.waiting == 1  # still waits for a queue seat: the queue's seats stay held for it
-    assert slots._stand(lane, JOB_Q, hand_off=True) is b
+    assert slots._stand(lane, a, hand_off=True) is b
     assert slots._sit(lane, b) is Sat.SEATED
     assert (queue.in_use, queue.waiting, tasks.in_use, tasks.waiting) == (1, 0, 1, 0)
 
@@ -214,13 +212,12 @@ class Releases:
 @pytest.mark.parametrize(
     "case, freed",
     [
-        ("found fewer than it could", True),
-        ("claim full of other jobs", False),
-        ("no room to claim", True),
-        ("one of its jobs waits", False),
+        ("found fewer than it could", 2),
+        ("claim full of other jobs", 0),
+        ("one of its jobs waits", 0),
     ],
 )
-def test_a_lane_frees_a_task_caps_seats_it_has_no_use_for(monkeypatch, case, freed):
+def test_a_lane_frees_a_task_caps_seats_once_it_found_none_of_its_jobs(monkeypatch, case, freed):
     releases = Releases()
     monkeypatch.setattr(Job.objects, "release_seats", releases)
     slots, lane = Slots(), Lane("*", 4)
@@ -229,22 +226,84 @@ def test_a_lane_frees_a_task_caps_seats_it_has_no_use_for(monkeypatch, case, fre
     jobs, asked = {
         "found fewer than it could": (other[:1], 4),
         "claim full of other jobs": (other, 4),
-        "no room to claim": ([], 0),
         "one of its jobs waits": (other[:1], 4),
     }[case]
     if case == "one of its jobs waits":
         handed(lane, 9)
-    slots._free_idle_seats(lane, {pool.name: 2}, jobs, asked)
-    assert (not pool.held) is freed and bool(releases.calls) is freed
+    slots._free_spare_seats(lane, {pool.name: 2}, jobs, asked)
+    assert len(pool.held) == 2 - freed and sum(len(c) for c in releases.calls) == freed
 
 
-def test_a_task_caps_seats_unused_for_a_poll_interval_are_freed_even_by_a_busy_lane(monkeypatch):
-    monkeypatch.setattr(Job.objects, "release_seats", Releases())
+@pytest.mark.parametrize("kind", ["queue", "task"])
+def test_seats_a_busy_lane_cannot_use_are_freed_after_a_poll_interval(monkeypatch, kind):
+    """A "*" lane of 4 slots holding 3 seats, 3 of its slots inside runs of other work and one in a
+    run of the cap's job: it can use 2 seats (the one in use, one per free slot). The third is kept
+    for a poll interval, then freed (the one no longer usable first); those it uses are kept."""
+    releases = Releases()
+    monkeypatch.setattr(Job.objects, "release_seats", releases)
     slots, lane = Slots(), Lane("*", 4)
-    pool = task_pool(lane, seats=2)
-    full = [Job(id=n, queue="q", task="u") for n in range(4)]
-    slots._free_idle_seats(lane, {pool.name: 2}, full, 4)
-    assert pool.held and pool.idle_since is not None
-    pool.idle_since -= slots.poll_interval
-    slots._free_idle_seats(lane, {pool.name: 2}, full, 4)
-    assert not pool.held and pool.take_at > time.monotonic()
+    if kind == "queue":
+        pool = lane.seats["q"] = SeatPool("q", 4, held={n: (1, time.monotonic()) for n in range(3)})
+    else:
+        pool = task_pool(lane, seats=3)
+    mine = handed(lane, 1)
+    assert slots._sit(lane, mine) is Sat.SEATED
+    lane.started = {0: time.monotonic(), 1: time.monotonic(), 2: time.monotonic()}
+    pool.held[1] = (1, time.monotonic() - 3600)  # seat 1's renewals stopped
+    full = [Job(id=n, queue="other", task="u") for n in range(4)]
+    slots._free_spare_seats(lane, {pool.name: 8}, full, 4)
+    assert len(pool.held) == 3 and not releases.calls  # spare since now
+    pool.spare_since -= slots.poll_interval
+    slots._free_spare_seats(lane, {pool.name: 8}, full, 4)
+    assert sorted(pool.held) == [0, 2] and releases.calls == [[(pool.name, 1, 1)]]
+    assert pool.in_use == 1 and pool.take_at > time.monotonic()
+
+
+def test_a_capped_queues_own_lane_keeps_its_seats_while_it_has_work(monkeypatch):
+    monkeypatch.setattr(Job.objects, "release_seats", Releases())
+    slots, lane = Slots(), Lane("q", 4)
+    pool = lane.seats["q"] = SeatPool("q", 4, held={n: (1, time.monotonic()) for n in range(4)})
+    lane.started = {n: time.monotonic() for n in range(4)}  # (its slots run the queue's jobs)
+    pool.spare_since = time.monotonic() - 60
+    slots._free_spare_seats(lane, {"q": 1 << 30}, [Job(id=1, queue="q", task="u")], 1)
+    assert len(pool.held) == 4
+
+
+def test_a_lane_away_from_a_tasks_queue_takes_its_seats_only_after_a_claim_found_too_little(monkeypatch):
+    taken = []
+    monkeypatch.setattr(Job.objects, "take_seats", lambda *args: taken.append(args[1]) or [(0, 1)])
+    monkeypatch.setattr(Job.objects, "bound_statements", lambda: None)
+    monkeypatch.setattr(Job.objects, "release_seats", Releases())
+    slots, lane = Slots(), Lane("emails", 4)
+    pool = task_pool(lane, seats=0)
+    pool.home = False
+    slots._take_seats(lane)
+    assert taken == []  # a busy lane of other work: never
+    slots._free_spare_seats(lane, {pool.name: 0}, [], 4)  # a claim that found less than it asked
+    slots._take_seats(lane)
+    assert pool.name in taken  # (with the test app's capped tasks, none of them on queue emails)
+
+
+class Retrier(SlotMixin):
+    """The parts of a worker an in-slot retry's wait uses."""
+
+    def __init__(self) -> None:
+        self.stopping, self._lock = threading.Event(), threading.Lock()
+        self.worker_id, self.poll_interval, self.outage = "w-1", 0.01, Outage("w-1")
+
+    def _other_work_due(self, lane):
+        return False
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_an_in_slot_retry_runs_again_only_in_seats_still_usable(fresh):
+    """A job retried in its slot after a short delay starts its next attempt in the same seats: only
+    while they are usable; else the retry goes back to the queue (due at once) and the slot is free."""
+    retrier, lane = Retrier(), Lane("*", 1)
+    pool = task_pool(lane, seats=1)
+    entry = handed(lane, 1)
+    assert retrier._sit(lane, entry) is Sat.SEATED
+    lane.current[0] = entry
+    if not fresh:
+        pool.held[0] = (1, time.monotonic() - 3600)  # its renewals stopped while the attempt ran
+    assert retrier._wait_to_retry(lane, 0, 0.01) == (None if fresh else 0.0)

@@ -44,12 +44,13 @@ SELECT NULL, count(*) FROM jobq_cap_seat WHERE queue = %(queue)s AND seat < %(ca
 """
 
 # seat_renew: extend the leases of the seats %(worker_id)s still holds, named (queue, seat, fence);
-# those returned are still its own, any other is lost (taken over after its lease ran out).
+# those returned, with their fence, are still its own, any other is lost (taken over after its lease
+# ran out: by another worker, or by another lane of this one, which holds it under a higher fence).
 SEAT_RENEW = f"""
 UPDATE jobq_cap_seat AS s SET lease_until = {_LEASE}
 FROM unnest(%(queues)s::text[], %(seats)s::int[], %(fences)s::bigint[]) AS h(queue, seat, fence)
 WHERE s.queue = h.queue AND s.seat = h.seat AND s.fence = h.fence AND s.holder = %(worker_id)s
-RETURNING s.queue, s.seat
+RETURNING s.queue, s.seat, s.fence
 """
 
 # seat_release: free the seats named as for seat_renew (a lost one is left as it is).
