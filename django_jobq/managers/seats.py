@@ -62,15 +62,15 @@ class SeatManager(BaseJobManager):
         return {(queue, int(seat), int(fence)) for queue, seat, fence in rows}
 
     def release_seats(self, worker_id: str, seats: Sequence[Seat] | None = None) -> int:
-        """Free ``seats`` (queue, seat, fence), or every seat ``worker_id`` holds (None); how many."""
+        """Free ``seats`` (queue, seat, fence), or every seat ``worker_id`` holds (None); how many. The
+        workers waiting for seats of those names are woken (on commit: at once, in autocommit)."""
         sql = self._sql()
         if seats is None:
-            return len(
-                self._execute(sql.SEAT_RELEASE_ALL, {"worker_id": validation.name(worker_id, "worker_id")})
-            )
+            params = {"worker_id": validation.name(worker_id, "worker_id")}
+            return len(self._execute(sql.SEAT_RELEASE_ALL, self._notify_params(params)))
         if not seats:
             return 0
-        return len(self._execute(sql.SEAT_RELEASE, self._named(worker_id, seats)))
+        return len(self._execute(sql.SEAT_RELEASE, self._notify_params(self._named(worker_id, seats))))
 
     @staticmethod
     def _named(worker_id: str, seats: Sequence[Seat]) -> dict[str, Any]:

@@ -73,7 +73,7 @@ class WorkerBase:
     lock_waits: LockWaits  # writes waiting for a row another transaction holds (worker/lock_waits.py)
     _claimed: int
     _ended: int  # writes that may have released jobs (_settled_others; burst: see dispatch.py)
-    _cycling: int  # lanes between sending a write-and-claim and handing its jobs out
+    _cycling: int  # lanes inside a cycle (from taking their work to handing the claimed jobs out)
     _running: dict[tuple[int, int], Running]
     _unknown_tasks: set[str]  # task names this worker gave jobs back for (warned once each)
     _lock: threading.Lock

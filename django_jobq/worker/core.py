@@ -23,6 +23,7 @@ from .. import validation
 from ..checks.engine import engine_problems
 from ..conf import jobq_settings
 from ..exceptions import ConfigurationError, InvalidJob
+from ..managers.seats import TASK_SEATS
 from ..models import Job
 from ..notify import wakeup
 from ..notify.idle_lock import IdleLock
@@ -238,6 +239,12 @@ class Worker(HeartbeatMixin, SlotMixin):
             self._state_changed()
         elif queue_name == CLAIM_AGAIN:  # a worker took the idle lock
             self._wake_all()
+        elif queue_name.startswith(TASK_SEATS):  # a capped task's seats came free: every lane may use them
+            for each in self.lanes.values():
+                with each.cond:
+                    self._seat_woken(each, queue_name)
+                    each.woken = True
+                    each.cond.notify_all()
         elif lane := self.lanes.get(queue_name) or self.lanes.get(ALL_QUEUES):
             with lane.cond:
                 self._seat_woken(lane, queue_name)

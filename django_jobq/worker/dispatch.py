@@ -79,7 +79,9 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, UnconfirmedMixin):
 
     def _wait_for_work(self, lane: Lane) -> list[tuple[Running, Outcome]] | None:
         """Block until there are outcomes to write, slots to fill or claimed-ahead jobs to give back;
-        None when the lane is finished."""
+        None when the lane is finished. From the moment it returns work the lane counts as cycling,
+        until _dispatch's cycle ends (_cycle_begins): a burst worker's other lanes do not end while its
+        seat takes, give-backs and claim are still to come."""
         poll_at = time.monotonic() + self.poll_interval
         claim_ahead = jobq_settings().claim_ahead
         with lane.cond:
@@ -90,8 +92,7 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, UnconfirmedMixin):
                 stopping = self.stopping.is_set()
                 give_back = lane.unstarted and now >= lane.give_back_at
                 if give_back or (stopping and not lane.work.empty()) or lane.surplus(claim_ahead, now):
-                    outcomes, lane.outcomes = lane.outcomes, []
-                    return outcomes  # claimed ahead, never started: to give back now
+                    return self._cycle_begins(lane)  # claimed ahead, never started: to give back now
                 if lane.woken:
                     lane.idle = lane.woken = False
                     lane.dry.clear()
@@ -105,8 +106,7 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, UnconfirmedMixin):
                 room = lane.capacity(claim_ahead, now) - lane.busy
                 can_claim = not stopping and self._budget() > 0 and (room > 0 or self._seats_due(lane, now))
                 if lane.outcomes or (can_claim and not lane.idle):
-                    outcomes, lane.outcomes = lane.outcomes, []
-                    return outcomes
+                    return self._cycle_begins(lane)
                 timeout = max(0.001, min(poll_at, permit_at or poll_at) - now) if lane.idle else 0.5
                 if (seat_at := self._next_seat_take(lane, now)) is not None:  # seats to try for then
                     timeout = min(timeout, max(0.001, seat_at - now))
@@ -115,6 +115,13 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, UnconfirmedMixin):
                 if not lane.work.empty() and (long_in := lane.next_long_run(now)) is not None:
                     timeout = min(timeout, long_in + 0.001)  # then what waits behind it goes back
                 lane.cond.wait(timeout=timeout)
+
+    def _cycle_begins(self, lane: Lane) -> list[tuple[Running, Outcome]]:
+        """The lane's outcomes to write, taken; the lane counts as cycling from here. Holds lane.cond."""
+        outcomes, lane.outcomes = lane.outcomes, []
+        with self._lock:
+            self._cycling += 1
+        return outcomes
 
     def _dispatch(self, lane: Lane) -> None:
         try:
@@ -135,7 +142,6 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, UnconfirmedMixin):
                     free = 0 if self.stopping.is_set() or lane.paused else max(0, min(room, self._budget()))
                     self._claimed += free
                     lane.claimed_after = self._ended
-                    self._cycling += 1  # until its jobs are in _running: no other lane ends meanwhile
                 seated = self._seated(lane)  # the jobs each cap's seats leave room for
                 # permits taken for the rate-limited queues (and tasks: no more than their seats')
                 rations = self._rations(lane, free, self._seated_caps(lane, seated)[1])

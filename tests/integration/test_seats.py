@@ -304,3 +304,28 @@ def test_a_job_under_a_queue_cap_and_a_task_cap_runs_only_within_both(settings, 
     assert peak(log, only=capped) == (2, 60)
     wait_until(lambda: set(holders("capped").values()) | set(holders("task:test.capped_occupy").values()) == {None},
                message="the idle workers freed their seats")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["queue", "task"])
+def test_a_worker_waiting_for_seats_takes_them_when_another_frees_them_not_at_its_next_poll(
+    settings, worker_thread, tmp_path, kind
+):
+    """Worker B's seat take found the cap's one seat held by A, so B waits for its poll (60 s here).
+    A stops and frees its seat: the release wakes B, which takes it and runs the rest long before
+    the poll."""
+    queues, task_name, seats = CAPS[kind, 1]
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": queues, "POLL_INTERVAL": 60}
+    log = tmp_path / "occupy.log"
+    first = Job.objects.enqueue(task_name, {"log": str(log), "seconds": 1.0}, queue="capped")
+    a = worker_thread({"capped": 1}, worker_id="A")
+    wait_until(lambda: log.exists() and peak(log)[1] == 1, message="A to start its job")
+    rest = Job.objects.enqueue_many(
+        NewJob(task_name, {"log": str(log), "seconds": 0.01}, queue="capped") for _ in range(5)
+    )
+    worker_thread({"capped": 1}, worker_id="B")
+    wait_until(lambda: any(h == "A" for h in holders(seats).values()), message="A holding the seat")
+    a.stop()
+    done = Job.objects.filter(id__in=[first, *rest], status=JobStatus.DONE)
+    wait_until(lambda: done.count() == 6, timeout=30, message="B to run the rest, woken by A's release")
+    starts = [n.worker_id for n in notes(log) if n.step > 0]
+    assert sorted(starts) == ["A"] + ["B"] * 5 and peak(log)[0] == 1

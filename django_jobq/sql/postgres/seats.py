@@ -53,16 +53,27 @@ WHERE s.queue = h.queue AND s.seat = h.seat AND s.fence = h.fence AND s.holder =
 RETURNING s.queue, s.seat, s.fence
 """
 
+
+# A release wakes the workers (unless JOBQ["NOTIFY"] is off), once per seats' name freed: the payload
+# is that name (a queue's, or task_seats(NAME)), and a worker whose seat take found none takes them at
+# once instead of at its next poll. Always, not only while a worker holds the idle lock (terms.wake):
+# a capped queue's own lane waiting for a seat claims nothing, so it never goes idle. Releases are
+# rare (a lane gone idle or busy elsewhere, a stopping worker). The wake-up CTE is read in full
+# (count), so it runs for every name.
+def _waking(released: str) -> str:
+    return f"""WITH released AS ({released}),
+woken AS (SELECT CASE WHEN %(notify)s THEN pg_notify(%(channel)s, r.queue) END AS sent
+          FROM (SELECT DISTINCT queue FROM released) AS r)
+SELECT released.queue, released.seat FROM released, (SELECT count(sent) FROM woken) AS w"""
+
+
 # seat_release: free the seats named as for seat_renew (a lost one is left as it is).
-SEAT_RELEASE = """
-UPDATE jobq_cap_seat AS s SET holder = NULL, lease_until = NULL
+SEAT_RELEASE = _waking("""UPDATE jobq_cap_seat AS s SET holder = NULL, lease_until = NULL
 FROM unnest(%(queues)s::text[], %(seats)s::int[], %(fences)s::bigint[]) AS h(queue, seat, fence)
 WHERE s.queue = h.queue AND s.seat = h.seat AND s.fence = h.fence AND s.holder = %(worker_id)s
-RETURNING s.queue, s.seat
-"""
+RETURNING s.queue, s.seat""")
 
 # seat_release_all: a stopping worker frees every seat it holds, known to it or not.
-SEAT_RELEASE_ALL = """
-UPDATE jobq_cap_seat SET holder = NULL, lease_until = NULL WHERE holder = %(worker_id)s
-RETURNING queue, seat
-"""
+SEAT_RELEASE_ALL = _waking("""UPDATE jobq_cap_seat SET holder = NULL, lease_until = NULL
+WHERE holder = %(worker_id)s
+RETURNING queue, seat""")
