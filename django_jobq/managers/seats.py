@@ -4,7 +4,7 @@ job under a cap only in a seat of it that it holds (worker/seats.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import validation
@@ -29,26 +29,50 @@ class SeatManager(BaseJobManager):
     ) -> list[tuple[int, int]]:
         """Up to ``want`` free seats of ``queue`` (capped at ``cap``) for ``worker_id``, leased: each
         as (seat number, fence)."""
-        params: dict[str, Any] = {
-            "worker_id": validation.name(worker_id, "worker_id"),
-            "queue": validation.queue(queue),
-            "cap": validation.integer(cap, "cap", 1, 1_000_000),
-            "want": validation.integer(want, "want", 1, 1_000_000),
-            "lease": self._lease(lease_seconds),
-        }
-        sql = self._sql()
-        seats, made = self._take(params)
-        if made < params["cap"]:  # a queue's first take, or a raised cap: make its missing seats
-            self._rowcount(sql.SEAT_SEED, params)
-            more, _ = self._take({**params, "want": want - len(seats)}) if len(seats) < want else ([], 0)
-            seats += more
-        return seats
+        return self.take_seats_of(worker_id, {queue: (cap, want)}, lease_seconds)[queue]
 
-    def _take(self, params: dict[str, Any]) -> tuple[list[tuple[int, int]], int]:
-        """SEAT_TAKE: the seats taken, and how many the queue has below its cap."""
-        rows = self._execute(self._sql().SEAT_TAKE, params)
-        made = next(int(count) for seat, count in rows if seat is None)
-        return [(int(seat), int(fence)) for seat, fence in rows if seat is not None], made
+    def take_seats_of(
+        self, worker_id: str, wanted: Mapping[str, tuple[int, int]], lease_seconds: float | None = None
+    ) -> dict[str, list[tuple[int, int]]]:
+        """take_seats for several caps at once, in one statement: ``wanted`` maps each seats' name to
+        (cap, want); per name, the seats taken."""
+        caps = {
+            validation.queue(name): (
+                validation.integer(cap, "cap", 1, 1_000_000), validation.integer(want, "want", 1, 1_000_000)
+            )
+            for name, (cap, want) in wanted.items()
+        }  # fmt: skip
+        worker = {"worker_id": validation.name(worker_id, "worker_id"), "lease": self._lease(lease_seconds)}
+        taken, made = self._take({**worker, **self._wanted(caps)})
+        unmade = {name: (cap, want) for name, (cap, want) in caps.items() if made[name] < cap}
+        if unmade:  # a cap's first take, or a raised cap: make its missing seats, and take again
+            self._rowcount(self._sql().SEAT_SEED, self._wanted(unmade))
+            again = {
+                n: (cap, want - len(taken[n])) for n, (cap, want) in unmade.items() if want > len(taken[n])
+            }
+            if again:
+                for name, seats in self._take({**worker, **self._wanted(again)})[0].items():
+                    taken[name] += seats
+        return taken
+
+    @staticmethod
+    def _wanted(caps: Mapping[str, tuple[int, int]]) -> dict[str, list[Any]]:
+        return {
+            "queues": list(caps),
+            "caps": [cap for cap, _ in caps.values()],
+            "wants": [want for _, want in caps.values()],
+        }
+
+    def _take(self, params: dict[str, Any]) -> tuple[dict[str, list[tuple[int, int]]], dict[str, int]]:
+        """SEAT_TAKE: per name, the seats taken, and how many it has below its cap."""
+        taken: dict[str, list[tuple[int, int]]] = {name: [] for name in params["queues"]}
+        made: dict[str, int] = {}
+        for name, seat, value in self._execute(self._sql().SEAT_TAKE, params):
+            if seat is None:
+                made[name] = int(value)
+            else:
+                taken[name].append((int(seat), int(value)))
+        return taken, made
 
     def renew_seats(
         self, worker_id: str, seats: Sequence[Seat], lease_seconds: float | None = None
@@ -61,16 +85,23 @@ class SeatManager(BaseJobManager):
         rows = self._execute(self._sql().SEAT_RENEW, params)
         return {(queue, int(seat), int(fence)) for queue, seat, fence in rows}
 
-    def release_seats(self, worker_id: str, seats: Sequence[Seat] | None = None) -> int:
-        """Free ``seats`` (queue, seat, fence), or every seat ``worker_id`` holds (None); how many. The
-        workers waiting for seats of those names are woken (on commit: at once, in autocommit)."""
+    def release_seats(
+        self, worker_id: str, seats: Sequence[Seat] | None = None, *, announce: bool = True
+    ) -> int:
+        """Free ``seats`` (queue, seat, fence), or every seat ``worker_id`` holds (None); how many. With
+        ``announce`` (and JOBQ["NOTIFY"] on) the workers are woken by a notification named after each
+        seats' name freed, so one waiting for them takes them at once."""
         sql = self._sql()
+        params: dict[str, Any]
         if seats is None:
             params = {"worker_id": validation.name(worker_id, "worker_id")}
-            return len(self._execute(sql.SEAT_RELEASE_ALL, self._notify_params(params)))
-        if not seats:
+        elif not seats:
             return 0
-        return len(self._execute(sql.SEAT_RELEASE, self._notify_params(self._named(worker_id, seats))))
+        else:
+            params = self._named(worker_id, seats)
+        params = self._notify_params(params)
+        params["notify"] = bool(params["notify"]) and announce
+        return len(self._execute(sql.SEAT_RELEASE_ALL if seats is None else sql.SEAT_RELEASE, params))
 
     @staticmethod
     def _named(worker_id: str, seats: Sequence[Seat]) -> dict[str, Any]:

@@ -74,6 +74,17 @@ def need(lane: Lane, pool: SeatPool) -> int:
     return min(pool.cap, lane.slots, pool.in_use + max(0, lane.slots - len(lane.started)))
 
 
+def let_go(pool: SeatPool, n: int, now: float) -> list[Seat]:
+    """Drop ``n`` of the pool's seats, those no longer usable first, then the highest; the seats
+    named, to free. Holds the lane's cond."""
+    margin = jobq_settings().lease_seconds - jobq_settings().heartbeat_seconds
+    order = sorted(pool.held.items(), key=lambda item: (now - item[1][1] < margin, -item[0]))
+    dropped = [(pool.name, seat, fence) for seat, (fence, _) in order[:n]]
+    for _, seat, _ in dropped:
+        del pool.held[seat]
+    return dropped
+
+
 def pools_of(lane: Lane, job: Job) -> list[SeatPool]:
     """The lane's pools a job of ``job``'s queue and task needs a seat of each: its queue's, then its
     task's (none: it starts without a seat)."""

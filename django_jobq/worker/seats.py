@@ -40,7 +40,7 @@ from ..registry import capped_tasks
 from ..sql import engine_for
 from .base import WorkerBase, is_connection_error
 from .lanes import Lane, Running
-from .seat_pools import Sat, SeatPool, need, pools_of
+from .seat_pools import Sat, SeatPool, let_go, need, pools_of
 
 logger = logging.getLogger("django_jobq")
 
@@ -77,41 +77,52 @@ class SeatMixin(WorkerBase):
         not serve, only after a claim that found too little), but those waiting out a take that found
         none."""
         held = set(lane.held)
-        pools = sorted(self._seat_pools(lane).items(), key=lambda item: (item[1].task is not None, item[0]))
-        for name, pool in pools:
-            with lane.cond:
-                if time.monotonic() < pool.take_at or (pool.task is None and name in held):
+        wants: dict[str, tuple[SeatPool, int]] = {}
+        with lane.cond:
+            now = time.monotonic()
+            for name, pool in self._seat_pools(lane).items():
+                if (
+                    now < pool.take_at
+                    or (pool.task is None and name in held)
+                    or not (pool.home or pool.probe)
+                ):
                     continue
-                if not (pool.home or pool.probe):
-                    continue
-                want = need(lane, pool) - len(pool.held)
-                if want <= 0:
-                    continue
-            if self._take(lane, pool, want) < want:  # the others are held elsewhere
-                with lane.cond:  # try again at the poll or a wake-up
+                if (want := need(lane, pool) - len(pool.held)) > 0:
+                    wants[name] = (pool, want)
+        if not wants:
+            return
+        taken = self._take(lane, wants)
+        with lane.cond:  # those that found fewer (held elsewhere) try again at the poll or a wake-up
+            for name, (pool, want) in wants.items():
+                if taken.get(name, 0) < want:
                     pool.take_at = time.monotonic() + self.poll_interval
 
-    def _take(self, lane: Lane, pool: SeatPool, want: int) -> int:
-        """Take up to ``want`` more seats into ``pool``; how many. Without the database none: the
-        cap's jobs wait."""
+    def _take(self, lane: Lane, wants: dict[str, tuple[SeatPool, int]]) -> dict[str, int]:
+        """Take up to so many more seats into each pool, in one statement; per name, how many. Without
+        the database none: the caps' jobs wait."""
         sent = time.monotonic()
         try:
             Job.objects.bound_statements()
-            taken = Job.objects.take_seats(self.worker_id, pool.name, pool.cap, want)
+            caps = {name: (pool.cap, want) for name, (pool, want) in wants.items()}
+            taken = Job.objects.take_seats_of(self.worker_id, caps)
         except DatabaseError as exc:
-            taken = []
+            taken = {}
             if is_connection_error(exc):  # logged once per outage, with the worker's other statements
                 connections[jobq_settings().database].close()
                 self.outage.failed(f"lane {lane.queue}'s seat take", exc)
             else:
-                logger.warning("worker %s: could not take seats of %s (%s)", self.worker_id, pool.name, exc)
+                logger.warning(
+                    "worker %s: could not take seats of %s (%s)", self.worker_id, sorted(wants), exc
+                )
         self._took_seats = True
         with lane.cond:
-            for seat, fence in taken:
-                pool.held[seat] = (fence, sent)
+            for name, seats in taken.items():
+                pool = wants[name][0]
+                for seat, fence in seats:
+                    pool.held[seat] = (fence, sent)
+                self._rehome(lane, pool)
             lane.cond.notify_all()  # a slot waiting for a seat
-            self._rehome(lane, pool)
-        return len(taken)
+        return {name: len(seats) for name, seats in taken.items()}
 
     def _seats_due(self, lane: Lane, now: float) -> bool:
         """A capped queue's own lane may take more seats now (and then claim). Holds lane.cond."""
@@ -163,12 +174,14 @@ class SeatMixin(WorkerBase):
         runs or waits in the lane and the claim found fewer of them than it could take (or its queue is
         paused); and, but in a capped queue's own lane, those beyond what the lane can use
         (seat_pools.need) once it has held more than that for a poll interval (its slots busy with
-        other work). The lane takes none of them again before the poll interval or a wake-up."""
+        other work: those are announced, for a worker waiting for them). The lane takes none of them
+        again before the poll interval or a wake-up."""
         if not lane.seats:
             return
         got = Counter(name for job in jobs for name in (job.queue, task_seats(job.task)))
         short = len(jobs) < asked  # so no queue's part of the claim was cut by the claim's limit
-        freed: list[tuple[str, int, int]] = []
+        dry_freed: list[tuple[str, int, int]] = []
+        spare_freed: list[tuple[str, int, int]] = []
         now = time.monotonic()
         with lane.cond:
             for name, pool in lane.seats.items():
@@ -179,31 +192,23 @@ class SeatMixin(WorkerBase):
                 could = (asked if pool is lane.own_seats else seated[name]) if name in seated else 0
                 dry = name not in seated or (short and could > 0 and got[name] < could)
                 if pool.idle() and dry:
-                    spare = len(pool.held)
+                    dry_freed += let_go(pool, len(pool.held), now)
                 elif pool is lane.own_seats or (spare := len(pool.held) - need(lane, pool)) <= 0:
                     pool.spare_since = None
                     continue
                 elif pool.spare_since is None or now - pool.spare_since < self.poll_interval:
                     pool.spare_since = pool.spare_since or now
                     continue
-                freed += self._let_go(pool, spare, now)
+                else:
+                    spare_freed += let_go(pool, spare, now)
                 pool.spare_since = None
                 pool.take_at = now + self.poll_interval
-        if freed:
-            try:
-                Job.objects.release_seats(self.worker_id, freed)
-            except DatabaseError as exc:  # they come free when their leases run out
-                logger.warning("worker %s: could not free seats %s (%s)", self.worker_id, freed, exc)
-
-    def _let_go(self, pool: SeatPool, n: int, now: float) -> list[tuple[str, int, int]]:
-        """Drop ``n`` of the pool's seats, those no longer usable first, then the highest; the seats
-        named, to free. Holds the lane's cond."""
-        margin = jobq_settings().lease_seconds - jobq_settings().heartbeat_seconds
-        order = sorted(pool.held.items(), key=lambda item: (now - item[1][1] < margin, -item[0]))
-        dropped = [(pool.name, seat, fence) for seat, (fence, _) in order[:n]]
-        for _, seat, _ in dropped:
-            del pool.held[seat]
-        return dropped
+        for freed, announce in ((dry_freed, False), (spare_freed, True)):
+            if freed:
+                try:
+                    Job.objects.release_seats(self.worker_id, freed, announce=announce)
+                except DatabaseError as exc:  # they come free when their leases run out
+                    logger.warning("worker %s: could not free seats %s (%s)", self.worker_id, freed, exc)
 
     def _seat_woken(self, lane: Lane, queue: str | None) -> None:
         """A wake-up for ``queue`` (None: any): the lane may take its seats, and those of the capped
@@ -334,7 +339,7 @@ class SeatMixin(WorkerBase):
         with lane.cond:
             short = min(most - pool.free(time.monotonic()), pool.cap - len(pool.held))
         if short > 0:
-            self._take(lane, pool, short)
+            self._take(lane, {queue: (pool, short)})
         with lane.cond:
             n = max(0, min(most, pool.free(time.monotonic())))
             pool.in_use += n

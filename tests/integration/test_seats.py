@@ -98,6 +98,24 @@ def test_a_seat_retaken_by_another_lane_of_the_same_worker_is_renewed_for_the_ne
         assert Job.objects.renew_seats("a", both, 10) == {("task:t", seat, new_fence)}
 
 
+def test_one_take_serves_several_caps_making_each_ones_seats():
+    """A lane takes the seats of all its caps in one statement: each cap's seats made on its first
+    take, each taken up to its want and its cap, none past it."""
+    taken = Job.objects.take_seats_of("a", {"q": (2, 5), "task:t": (1, 1), "r": (3, 1)})
+    assert {name: sorted(seat for seat, _ in seats) for name, seats in taken.items()} == {
+        "q": [0, 1],
+        "task:t": [0],
+        "r": [0],
+    }
+    again = Job.objects.take_seats_of("b", {"q": (2, 1), "task:t": (1, 1), "r": (3, 5)})
+    assert {name: sorted(seat for seat, _ in seats) for name, seats in again.items()} == {
+        "q": [],
+        "task:t": [],
+        "r": [1, 2],
+    }
+    assert holders("r") == {0: "a", 1: "b", 2: "b"} and holders("task:t") == {0: "a"}
+
+
 def test_a_lowered_cap_leaves_the_seats_past_it_and_a_raised_cap_makes_its_new_ones():
     Job.objects.take_seats("a", "q", cap=4, want=4)
     assert Job.objects.release_seats("a") == 4

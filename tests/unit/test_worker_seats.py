@@ -132,11 +132,11 @@ def test_seat_takes_that_find_the_database_away_join_the_outage_log_once(monkeyp
     def away(*args, **kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(Job.objects, "take_seats", away)
+    monkeypatch.setattr(Job.objects, "take_seats_of", away)
     monkeypatch.setattr(Job.objects, "bound_statements", lambda: None)
     slots, lane = Slots(), star_lane(seats=0)
     with caplog.at_level(logging.WARNING, logger="django_jobq"):
-        assert [slots._take(lane, lane.seats["q"], 2) for _ in range(20)] == [0] * 20
+        assert [slots._take(lane, {"q": (lane.seats["q"], 2)}) for _ in range(20)] == [{}] * 20
     assert [r.getMessage() for r in caplog.records] == [
         "worker w-1: the database is unreachable (lane *'s seat take: connection refused); retrying, further "
         "errors are summarised every 30s"
@@ -203,9 +203,11 @@ def test_the_claim_asks_for_a_task_per_usable_seat_less_what_it_holds():
 class Releases:
     def __init__(self):
         self.calls = []
+        self.announced = []
 
-    def __call__(self, worker_id, seats=None):
+    def __call__(self, worker_id, seats=None, *, announce=True):
         self.calls.append(seats)
+        self.announced.append(announce)
         return len(seats or ())
 
 
@@ -232,6 +234,7 @@ def test_a_lane_frees_a_task_caps_seats_once_it_found_none_of_its_jobs(monkeypat
         handed(lane, 9)
     slots._free_spare_seats(lane, {pool.name: 2}, jobs, asked)
     assert len(pool.held) == 2 - freed and sum(len(c) for c in releases.calls) == freed
+    assert not any(releases.announced)  # a lane that found none of them: nobody is told
 
 
 @pytest.mark.parametrize("kind", ["queue", "task"])
@@ -256,6 +259,7 @@ def test_seats_a_busy_lane_cannot_use_are_freed_after_a_poll_interval(monkeypatc
     pool.spare_since -= slots.poll_interval
     slots._free_spare_seats(lane, {pool.name: 8}, full, 4)
     assert sorted(pool.held) == [0, 2] and releases.calls == [[(pool.name, 1, 1)]]
+    assert releases.announced == [True]  # a worker waiting for them takes them at once
     assert pool.in_use == 1 and pool.take_at > time.monotonic()
 
 
@@ -271,7 +275,9 @@ def test_a_capped_queues_own_lane_keeps_its_seats_while_it_has_work(monkeypatch)
 
 def test_a_lane_away_from_a_tasks_queue_takes_its_seats_only_after_a_claim_found_too_little(monkeypatch):
     taken = []
-    monkeypatch.setattr(Job.objects, "take_seats", lambda *args: taken.append(args[1]) or [(0, 1)])
+    monkeypatch.setattr(
+        Job.objects, "take_seats_of", lambda worker, caps: taken.extend(caps) or {n: [(0, 1)] for n in caps}
+    )
     monkeypatch.setattr(Job.objects, "bound_statements", lambda: None)
     monkeypatch.setattr(Job.objects, "release_seats", Releases())
     slots, lane = Slots(), Lane("emails", 4)

@@ -16,31 +16,39 @@ from .terms import NOW
 
 _LEASE = f"{NOW} + make_interval(secs => %(lease)s)"
 
-# seat_seed: the queue's seats up to its cap, made once (a missing seat is made here, never by a take:
-# an INSERT and an UPDATE in one statement would not see each other's rows).
-SEAT_SEED = """
-INSERT INTO jobq_cap_seat (queue, seat) SELECT %(queue)s, n FROM generate_series(0, %(cap)s::int - 1) AS n
+# The caps a take names: %(queues)s (the seats' names, distinct), %(caps)s and %(wants)s, aligned.
+_WANTED = "unnest(%(queues)s::text[], %(caps)s::int[], %(wants)s::int[]) AS w(queue, cap, want)"
+
+# seat_seed: the named caps' seats up to each cap, made once (a missing seat is made here, never by a
+# take: an INSERT and an UPDATE in one statement would not see each other's rows).
+SEAT_SEED = f"""
+INSERT INTO jobq_cap_seat (queue, seat)
+SELECT w.queue, n FROM {_WANTED} CROSS JOIN LATERAL generate_series(0, w.cap - 1) AS n
 ON CONFLICT (queue, seat) DO NOTHING
 """
 
-# seat_take: up to %(want)s free seats of the queue below its cap (never held, released, or their
-# lease run out), lowest first, for %(worker_id)s; each its new fence; and a last row (NULL, the
-# queue's seats below its cap as the statement's snapshot shows them): fewer than the cap says that
-# SEAT_SEED is due. SKIP LOCKED: seats another take holds right now are left to it, never waited for.
+# seat_take: of each named cap, up to its want of free seats below its cap (never held, released, or
+# their lease run out), lowest first, for %(worker_id)s, each with its new fence; and a row per name
+# (name, NULL, its seats below its cap as the statement's snapshot shows them): fewer than the cap says
+# that SEAT_SEED is due. One statement for every cap a lane takes seats of. SKIP LOCKED: seats another
+# take holds right now are left to it, never waited for.
 SEAT_TAKE = f"""
 WITH taken AS (
     UPDATE jobq_cap_seat AS s SET holder = %(worker_id)s, fence = s.fence + 1, lease_until = {_LEASE}
     FROM (
-        SELECT queue, seat FROM jobq_cap_seat
-        WHERE queue = %(queue)s AND seat < %(cap)s::int AND (holder IS NULL OR lease_until < {NOW})
-        ORDER BY seat LIMIT %(want)s FOR UPDATE SKIP LOCKED
+        SELECT f.queue, f.seat FROM {_WANTED} CROSS JOIN LATERAL (
+            SELECT queue, seat FROM jobq_cap_seat
+            WHERE queue = w.queue AND seat < w.cap AND (holder IS NULL OR lease_until < {NOW})
+            ORDER BY seat LIMIT w.want FOR UPDATE SKIP LOCKED
+        ) AS f
     ) AS free
     WHERE s.queue = free.queue AND s.seat = free.seat
-    RETURNING s.seat, s.fence
+    RETURNING s.queue, s.seat, s.fence
 )
-SELECT seat, fence FROM taken
+SELECT queue, seat, fence FROM taken
 UNION ALL
-SELECT NULL, count(*) FROM jobq_cap_seat WHERE queue = %(queue)s AND seat < %(cap)s::int
+SELECT w.queue, NULL, (SELECT count(*) FROM jobq_cap_seat AS c WHERE c.queue = w.queue AND c.seat < w.cap)
+FROM {_WANTED}
 """
 
 # seat_renew: extend the leases of the seats %(worker_id)s still holds, named (queue, seat, fence);
@@ -54,12 +62,12 @@ RETURNING s.queue, s.seat, s.fence
 """
 
 
-# A release wakes the workers (unless JOBQ["NOTIFY"] is off), once per seats' name freed: the payload
-# is that name (a queue's, or task_seats(NAME)), and a worker whose seat take found none takes them at
-# once instead of at its next poll. Always, not only while a worker holds the idle lock (terms.wake):
-# a capped queue's own lane waiting for a seat claims nothing, so it never goes idle. Releases are
-# rare (a lane gone idle or busy elsewhere, a stopping worker). The wake-up CTE is read in full
-# (count), so it runs for every name.
+# A release the caller announces (%(notify)s: a busy lane's spare seats, a stopping worker's; not an
+# idle lane's, which found none of the cap's jobs) wakes the workers once per seats' name freed: the
+# payload is that name (a queue's, or task_seats(NAME)), and a worker whose seat take found none takes
+# them at once instead of at its next poll. Whether or not a worker holds the idle lock (terms.wake):
+# a capped queue's own lane waiting for a seat claims nothing, so it never goes idle. The wake-up CTE
+# is read in full (count), so it runs for every name.
 def _waking(released: str) -> str:
     return f"""WITH released AS ({released}),
 woken AS (SELECT CASE WHEN %(notify)s THEN pg_notify(%(channel)s, r.queue) END AS sent
