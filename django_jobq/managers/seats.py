@@ -12,9 +12,9 @@ from .base import BaseJobManager
 
 Seat = tuple[str, int, int]  # (seats' name: a queue's, or task_seats(task); seat number; fence)
 
-# A capped task's seats are named so in jobq_cap_seat (a queue's, by the queue's name). A queue that
-# is itself named "task:NAME" shares its rows with that task's seats: each takes only seats below its
-# own cap, so neither cap is ever exceeded (the two only leave each other fewer seats).
+# A capped task's seats are named so in jobq_cap_seat (a queue's, by the queue's name). A capped queue
+# named "task:NAME" for a capped task NAME would share those rows: a worker runs its jobs in the task's
+# seats and counts the queue's cap under its lock instead (docs/guide/flow-control.md, "Names").
 TASK_SEATS = "task:"
 
 

@@ -241,12 +241,14 @@ class Worker(HeartbeatMixin, SlotMixin):
             self._wake_all()
         elif queue_name.startswith(TASK_SEATS):  # a capped task's seats came free: every lane may use them
             for each in self.lanes.values():
-                with each.cond:
-                    self._seat_woken(each, queue_name)
-                    each.woken = True
-                    each.cond.notify_all()
+                self._wake(each, queue_name)
         elif lane := self.lanes.get(queue_name) or self.lanes.get(ALL_QUEUES):
-            with lane.cond:
-                self._seat_woken(lane, queue_name)
-                lane.woken = True
-                lane.cond.notify_all()
+            self._wake(lane, queue_name)
+
+    def _wake(self, lane: Lane, name: str) -> None:
+        """A notification named ``name`` (a queue's, or a capped task's seats') for ``lane``: it may
+        take the seats of that name at once, and claims again."""
+        with lane.cond:
+            self._seat_woken(lane, name)
+            lane.woken = True
+            lane.cond.notify_all()

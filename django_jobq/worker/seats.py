@@ -54,21 +54,24 @@ class SeatMixin(WorkerBase):
         conf = jobq_settings()
         caps = conf.caps()
         serves = [lane.claims] if lane.claims is not None else [q for q in caps if q not in lane.exclude]
-        wanted = {q: SeatPool(q, caps[q]) for q in serves if q in caps}
+        # name -> (cap, task, the task's queue): a queue named so runs in the task's seats
+        wanted: dict[str, tuple[int, str | None, str | None]] = {q: (caps[q], None, None) for q in serves
+                                                                  if q in caps}  # fmt: skip
         if engine_for(conf.database).capabilities.task_caps:
-            for task_name, task in capped_tasks().items():
-                if task.max_running is not None:  # (a queue named so runs in the task's seats)
-                    home = task.queue == lane.claims or (
-                        lane.claims is None and task.queue not in lane.exclude
-                    )
-                    name = task_seats(task_name)
-                    wanted[name] = SeatPool(name, task.max_running, task_name, task.queue, home)
+            for capped, task in capped_tasks().items():
+                if task.max_running is not None:
+                    wanted[task_seats(capped)] = (task.max_running, capped, task.queue)
         with lane.cond:
-            for name, made in wanted.items():
-                if (pool := lane.seats.get(name)) is None:
-                    lane.seats[name] = made
-                else:
-                    pool.cap = made.cap
+            for name, (cap, of_task, its_queue) in wanted.items():
+                if (pool := lane.seats.get(name)) is not None:
+                    pool.cap = cap
+                    continue
+                home = (
+                    its_queue is None
+                    or its_queue == lane.claims
+                    or (lane.claims is None and its_queue not in lane.exclude)
+                )
+                lane.seats[name] = SeatPool(name, cap, of_task, its_queue, home)
             return dict(lane.seats)
 
     def _take_seats(self, lane: Lane) -> None:
@@ -111,9 +114,8 @@ class SeatMixin(WorkerBase):
                 connections[jobq_settings().database].close()
                 self.outage.failed(f"lane {lane.queue}'s seat take", exc)
             else:
-                logger.warning(
-                    "worker %s: could not take seats of %s (%s)", self.worker_id, sorted(wants), exc
-                )
+                logger.warning("worker %s: could not take seats of %s (%s)", self.worker_id, sorted(wants),
+                               exc)  # fmt: skip
         self._took_seats = True
         with lane.cond:
             for name, seats in taken.items():
