@@ -55,6 +55,10 @@ def test_a_lease_whose_row_another_transaction_holds_past_the_lease_is_never_rea
     wait_until(lambda: running(job_id), message="the run started")
     held = HeldRow(job_id)
     try:
+        # the heartbeat found the row held and its renewal now waits in the row's lock queue (a thread and
+        # connection of its own: on a loaded machine that takes a moment, and a lease that ran out
+        # before the renewal queued is one the worker failed to renew in time, which the reaper may take)
+        wait_until(_renewal_waits_for_the_row, timeout=30, message="the renewal waits for the row")
         # longer than the lease: a heartbeat that counted the skipped row renewed would lose the job
         wait_until(lambda: Job.objects.filter(id=job_id, lease_until__lt=_db_now()).exists(), timeout=30,
                    message="the lease ran out while the row was held")  # fmt: skip
@@ -97,3 +101,16 @@ def _db_now():
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement_timestamp()")
         return cursor.fetchone()[0]
+
+
+def _renewal_waits_for_the_row() -> bool:
+    """Some session of this database waits for a row lock in worker/lock_waits.py's LOCK_JOB."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE %s",
+            ["%FOR NO KEY UPDATE%"],
+        )
+        return bool(cursor.fetchone()[0])
