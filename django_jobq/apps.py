@@ -9,13 +9,17 @@ class JobqConfig(AppConfig):
 
     def ready(self) -> None:
         from django.db.backends.signals import connection_created
+        from django.db.models.signals import post_migrate
 
         from . import checks  # noqa: F401  (registers the system checks)
+        from .checks import shards
         from .console import bulk  # noqa: F401  (registers the task django_jobq.admin_bulk)
         from .sql.sqlite.setup import on_connection_created
 
         # WAL and a busy timeout on every new connection of a SQLite queue database.
         connection_created.connect(on_connection_created, dispatch_uid="django_jobq.sqlite")
+        # A shard's id sequences are bounded to its range each time it is migrated.
+        post_migrate.connect(shards.set_id_ranges, sender=self, dispatch_uid="django_jobq.shards")
 
         # Import every installed app's tasks.py so producers know all task names.
         autodiscover_modules("tasks")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import copy
 import dataclasses
 import functools
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -17,9 +21,11 @@ from .options import QUEUE_OPTIONS as QUEUE_OPTIONS  # re-exported
 from .options import SCHEDULE_OPTIONS as SCHEDULE_OPTIONS  # re-exported
 from .options import QueueOptions, ScheduleOptions
 
+T = TypeVar("T")
 DAY = 24 * 3600
 MAX_PAYLOAD_BYTES = 256 * 1024
 POOL_MODES = ("session", "transaction")
+MAX_SHARD = 1023  # shard numbers: ids of shard n are n << 48 and up (django_jobq.shards)
 METRICS_VIEWS = ("off", "staff", "token")
 
 
@@ -96,6 +102,9 @@ class JobqSettings:
     # (True there needs PgBouncer >= 1.21 with max_prepared_statements > 0).
     prepared_statements: bool | None = None
     queues: dict[str, QueueOptions] = dataclasses.field(default_factory=dict)  # per-queue flow control
+    # alias -> shard number (1..1023) of every database other than DATABASE that holds queues
+    # (QUEUES[name]["DATABASE"]); the number puts its job ids in a range of their own (django_jobq.shards)
+    shards: dict[str, int] = dataclasses.field(default_factory=dict)
     timezone: str | None = None  # schedules' default IANA zone; None: settings.TIME_ZONE
     schedules: dict[str, ScheduleOptions] = dataclasses.field(default_factory=dict)  # name -> schedule
     schedule_grace_seconds: float = 60  # a tick published later than this after its time is missed
@@ -202,6 +211,7 @@ class JobqSettings:
         if self.done_channel == self.notify_channel:
             raise ConfigurationError('JOBQ["DONE_CHANNEL"] must differ from JOBQ["NOTIFY_CHANNEL"]')
         self._check_connections()
+        self._check_shards()
 
     def _check_metrics(self) -> None:
         if self.metrics_view not in METRICS_VIEWS:
@@ -237,6 +247,36 @@ class JobqSettings:
             raise ConfigurationError(
                 'JOBQ["BULK_REQUEUE_SPREAD_SECONDS"] must be a number of seconds in [0, 86400]'
             )
+
+    def _check_shards(self) -> None:
+        """SHARDS, and the DATABASE of each queue (DATABASE itself or an alias of SHARDS)."""
+        if not isinstance(self.shards, dict):
+            raise ConfigurationError('JOBQ["SHARDS"] must be a dict: database alias -> shard number')
+        numbers: dict[int, str] = {}
+        for alias, number in self.shards.items():
+            where = f'JOBQ["SHARDS"][{alias!r:.100}]'
+            if not isinstance(alias, str) or alias not in settings.DATABASES:
+                known = ", ".join(sorted(map(repr, settings.DATABASES)))
+                raise ConfigurationError(f"{where}: not an alias of settings.DATABASES ({known})")
+            if alias == self.database:
+                raise ConfigurationError(f'{where}: JOBQ["DATABASE"] is shard 0 and is not listed')
+            if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= MAX_SHARD:
+                raise ConfigurationError(
+                    f"{where} must be an integer in [1, {MAX_SHARD}], not {number!r:.100}"
+                )
+            if number in numbers:
+                raise ConfigurationError(f"{where}: shard number {number} is also {numbers[number]!r}'s")
+            numbers[number] = alias
+        if self.shards and self.pool_mode == "transaction":
+            raise ConfigurationError(
+                'JOBQ["SHARDS"] needs JOBQ["POOL_MODE"] = "session" (direct connections)'
+            )
+        for name, options in self.queues.items():
+            if options.database is not None and options.database not in (self.database, *self.shards):
+                raise ConfigurationError(
+                    f'JOBQ["QUEUES"][{name!r}]["DATABASE"] must be JOBQ["DATABASE"] or an alias of '
+                    f'JOBQ["SHARDS"], not {options.database!r:.100}'
+                )
 
     def _check_connections(self) -> None:
         """DATABASE, READ_DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""
@@ -316,13 +356,74 @@ class JobqSettings:
         return cls(**values)
 
 
+# The database alias jobq's statements go to in this context, when not JOBQ["DATABASE"]: set by
+# on_database() around the work of a queue placed on another database (django_jobq.shards).
+_ALIAS: contextvars.ContextVar[str | None] = contextvars.ContextVar("jobq_database", default=None)
+
+
 @functools.cache
-def jobq_settings() -> JobqSettings:
-    """The project's JobqSettings; raises ConfigurationError when JOBQ is invalid."""
+def _configured() -> JobqSettings:
     return JobqSettings.from_dict(getattr(settings, "JOBQ", {}))
+
+
+@functools.cache
+def _placed(alias: str) -> JobqSettings:
+    # a placed database is read and listened to directly (READ_DATABASE and LISTEN_DATABASE name the
+    # home database's replica and direct connection)
+    placed = copy.copy(_configured())  # validated once, as configured: not again
+    for name, value in (("database", alias), ("read_database", None), ("listen_database", None)):
+        object.__setattr__(placed, name, value)
+    return placed
+
+
+def jobq_settings() -> JobqSettings:
+    """The project's JobqSettings; raises ConfigurationError when JOBQ is invalid. Inside
+    on_database(alias), DATABASE is that alias."""
+    alias = _ALIAS.get()
+    return _configured() if alias is None else _placed(alias)
+
+
+def home_database() -> str:
+    """JOBQ["DATABASE"], whatever on_database() says."""
+    return _configured().database
+
+
+def current_database() -> str | None:
+    """The alias on_database() set in this context, or None."""
+    return _ALIAS.get()
+
+
+def carrying_database(function: Callable[..., T]) -> Callable[..., T]:
+    """``function``, run on the database of the context that wraps it (for a thread's target: a new
+    thread starts on the home database)."""
+    alias = _ALIAS.get()
+    if alias is None:
+        return function
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> T:
+        token = _ALIAS.set(alias)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _ALIAS.reset(token)
+
+    return run
+
+
+@contextlib.contextmanager
+def on_database(alias: str | None) -> Iterator[None]:
+    """Run jobq's statements on ``alias`` inside the block (None or JOBQ["DATABASE"]: the home one).
+    The setting is per context: a thread started inside the block does not inherit it."""
+    token = _ALIAS.set(None if alias is None or alias == _configured().database else alias)
+    try:
+        yield
+    finally:
+        _ALIAS.reset(token)
 
 
 @receiver(setting_changed)
 def _reset(*, setting: str, **kwargs: Any) -> None:
     if setting == "JOBQ":
-        jobq_settings.cache_clear()
+        _configured.cache_clear()
+        _placed.cache_clear()

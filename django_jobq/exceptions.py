@@ -87,6 +87,18 @@ class JobFailed(JobqError):
         super().__init__(f"job {job.id} ({job.task}) failed: {lines[-1]}")
 
 
+class UnknownShard(JobqError):
+    """A job id whose shard number names no database of JOBQ["SHARDS"]."""
+
+
+class SpansDatabases(JobqError):
+    """One write that would put jobs on more than one database (they could not commit together)."""
+
+
+class ForeignTransaction(JobqError):
+    """An enqueue to a queue on another database inside a transaction that could not include it."""
+
+
 class QueueFull(JobqError):
     """The queue holds JOBQ["QUEUES"][queue]["MAX_DEPTH"] PENDING or RUNNING jobs already; nothing was written."""
 

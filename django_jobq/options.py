@@ -9,7 +9,13 @@ from typing import Any
 from .exceptions import ConfigurationError
 from .fairness import FairOptions
 
-QUEUE_OPTIONS = ("MAX_DEPTH", "MAX_RUNNING", "RATE_LIMIT", "FAIR")  # the keys a JOBQ["QUEUES"] entry may have
+QUEUE_OPTIONS = (
+    "MAX_DEPTH",
+    "MAX_RUNNING",
+    "RATE_LIMIT",
+    "FAIR",
+    "DATABASE",
+)  # the keys a JOBQ["QUEUES"] entry may have
 SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
 
 
@@ -23,6 +29,7 @@ class QueueOptions:
     )
     rate_limit: tuple[int, float] | None = None  # (jobs, seconds): starts allowed across every worker
     fair: FairOptions | None = None  # served round-robin by fairness key (django_jobq.fairness)
+    database: str | None = None  # the alias whose server holds the queue's jobs; None: JOBQ["DATABASE"]
 
     @classmethod
     def parse(cls, name: Any, raw: Any) -> QueueOptions:
@@ -43,7 +50,11 @@ class QueueOptions:
                     f'{where}["{key}"] must be an integer in [1, {top}], not {value!r:.100}'
                 )
         rate = raw.get("RATE_LIMIT")
+        database = raw.get("DATABASE")
+        if database is not None and (not isinstance(database, str) or not database):
+            raise ConfigurationError(f'{where}["DATABASE"] must be a database alias, not {database!r:.100}')
         return cls(
+            database=database,
             max_running=raw.get("MAX_RUNNING"),
             max_depth=raw.get("MAX_DEPTH"),
             rate_limit=None if rate is None else rate_setting(rate, f'{where}["RATE_LIMIT"]'),

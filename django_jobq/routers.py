@@ -1,6 +1,7 @@
 """A database router that keeps django-jobq's tables on JOBQ["DATABASE"]: reads, writes and
-migrations of the django_jobq app go there, and only there; every other app is left to the next
-router (or Django's default)."""
+migrations of the django_jobq app go there (or to the shard the current context works on,
+django_jobq.shards; migrations to every shard of JOBQ["SHARDS"]), and only there; every other app is
+left to the next router (or Django's default)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from django.db import models
 
-from .conf import jobq_settings
+from .conf import home_database, jobq_settings
 
 APP_LABEL = "django_jobq"
 
@@ -31,5 +32,6 @@ class JobqRouter:
         self, db: str, app_label: str, model_name: str | None = None, **hints: Any
     ) -> bool | None:
         if app_label == APP_LABEL:
-            return db == jobq_settings().database
+            conf = jobq_settings()
+            return db == home_database() or db in conf.shards
         return None

@@ -20,8 +20,8 @@ from django.db import Error as DatabaseError
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import cron, ticks
-from .conf import jobq_settings
+from . import cron, shards, ticks
+from .conf import jobq_settings, on_database
 from .exceptions import ConfigurationError, JobqError
 from .managers.schedules import DueSchedule
 from .models import Job, Schedule
@@ -124,20 +124,30 @@ class Scheduler:
         recorded = Job.objects.record_ticks(schedule.name, wanted)
         jobs: dict[dt.datetime, int | None] = {}
         for tick in recorded:
-            jobs[tick] = job_id = Job.objects.enqueue(
-                schedule.task,
-                schedule.payload,
-                queue=schedule.queue,
-                priority=schedule.priority,
-                dedupe_key=ticks.tick_key(schedule.name, tick),
-            )
+            # On a queue of another database (django_jobq.shards) the job commits before the tick: a
+            # pass whose transaction then rolls back publishes the tick again, and its key (per tick)
+            # makes that enqueue a no-op, so each tick still has exactly one job.
+            with shards.idempotent():
+                job_id = Job.objects.enqueue(
+                    schedule.task,
+                    schedule.payload,
+                    queue=schedule.queue,
+                    priority=schedule.priority,
+                    dedupe_key=ticks.tick_key(schedule.name, tick),
+                )
+            jobs[tick] = job_id
             if job_id is not None:
                 result.job_ids.append(job_id)
         Job.objects.set_tick_jobs(schedule.name, jobs)
         return recorded
 
     def run(self, stopping: threading.Event) -> None:
-        """Sync the settings' schedules, then pass every ``interval`` until ``stopping`` is set."""
+        """Sync the settings' schedules, then pass every ``interval`` until ``stopping`` is set. On the
+        home database, whichever database's worker runs it (django_jobq.shards)."""
+        with on_database(None):
+            self._run(stopping)
+
+    def _run(self, stopping: threading.Event) -> None:
         synced = False
         while not stopping.is_set():
             try:

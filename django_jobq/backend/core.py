@@ -233,7 +233,7 @@ class JobqBackend(BaseTaskBackend):
             raise ArgumentsNotJSON(f"{name}: {exc}") from None
         if row is None or not created:  # a duplicate: the result of the job holding the key
             # (replace/debounce left a RUNNING or finished holder alone: that holder's)
-            job_id = _key_holder(key, name) if row is None else row.id
+            job_id = _key_holder(key, name, task.queue_name) if row is None else row.id
             result = get_result(self.alias, str(job_id))
         else:  # enqueued_at is the row's created_at, as get_result() reads it
             result = TaskResult(
@@ -273,15 +273,16 @@ def _check_arguments(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None
         raise PayloadMismatch(f"arguments do not fit {task.module_path}{signature}: {exc}") from None
 
 
-def _key_holder(key: str | None, task: str) -> int | None:
-    """The id of the job holding dedupe key ``key``, if any; DedupeKeyConflict when it is not a job of
-    ``task`` (replace leaves another task's holder alone, and its result is not this call's)."""
-    from ..conf import jobq_settings
+def _key_holder(key: str | None, task: str, queue: str) -> int | None:
+    """The id of the job holding dedupe key ``key`` (in ``queue``'s database), if any;
+    DedupeKeyConflict when it is not a job of ``task`` (replace leaves another task's holder alone,
+    and its result is not this call's)."""
     from ..models import Job
+    from ..shards import database_of_queue
 
     if key is None:
         return None
-    holders = Job.objects.using(jobq_settings().database).filter(dedupe_key=key, key_released=False)
+    holders = Job.objects.using(database_of_queue(queue)).filter(dedupe_key=key, key_released=False)
     holder = holders.values_list("id", "task").first()
     if holder is None:
         return None

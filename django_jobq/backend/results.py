@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..conf import jobq_settings
+from ..exceptions import UnknownShard
+from ..shards import database_of_job
 from ..status import JobStatus
 from .compat import TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_attr
 
@@ -50,8 +52,13 @@ def get_result(alias: str, result_id: Any) -> Any:
         job_id = int(str(result_id))
     except ValueError:
         raise TaskResultDoesNotExist(f"no task result {result_id!r:.100}") from None
-    rows = Job.objects.using(jobq_settings().database).filter(id=job_id).only(*RESULT_COLUMNS)
-    job = rows.first() if 0 < job_id < 1 << 63 else None
+    job = None
+    if 0 < job_id < 1 << 63:
+        try:
+            database = database_of_job(job_id)
+        except UnknownShard:
+            raise TaskResultDoesNotExist(f"no task result {result_id!r:.100} (no such shard)") from None
+        job = Job.objects.using(database).filter(id=job_id).only(*RESULT_COLUMNS).first()
     if job is None:
         raise TaskResultDoesNotExist(f"no task result {result_id!r:.100} (unknown, or pruned)")
     task = django_task_of(resolve_task(job.task))

@@ -15,6 +15,7 @@ from ..models import Job
 from ..options import ScheduleOptions
 from ..registry import get_task
 from ..replica import read_alias
+from . import shards as shards  # registers the shards' checks
 from .engine import engine_problems, engine_setup_problems
 
 

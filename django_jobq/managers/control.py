@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import validation
+from ..conf import jobq_settings
 from ..exceptions import InvalidJob
+from ..shards import database_of_job, database_of_queue, every_database, on_shard
 from ..status import FINISHED, CancelCounts, CancelOutcome, JobStatus
 from .base import BaseJobManager, retrying_conflicts
 
@@ -28,6 +30,10 @@ class ControlManager(BaseJobManager):
         asked (kept in ``cancelled_by``)."""
         job_id = validation.integer(job_id, "job id", 1, MAX_JOB_ID)
         by = _by(by)
+        with on_shard(database_of_job(job_id)):
+            return self._cancel_one(job_id, by)
+
+    def _cancel_one(self, job_id: int, by: str) -> CancelOutcome:
         while True:
             rows = self._cancel([job_id], by)
             if rows:
@@ -59,14 +65,31 @@ class ControlManager(BaseJobManager):
         queue = None if queue is None else validation.queue(queue)
         task = None if task is None else validation.name(task, "task")
         tags_json = validation.tags_json(tags)
+        wanted: list[int] | None = None
         if ids is not None:
             if isinstance(ids, str | bytes) or not isinstance(ids, Sequence) or len(ids) > MAX_CANCEL_IDS:
                 raise InvalidJob(f"ids must be a sequence of at most {MAX_CANCEL_IDS} job ids")
             wanted = sorted({validation.integer(i, "job id", 1, MAX_JOB_ID) for i in ids})
+        if not jobq_settings().shards:
+            return self._cancel_many_here(wanted, queue, task, tags_json, by)
+        cancelled = requested = 0
+        for alias in [database_of_queue(queue)] if queue is not None else every_database():
+            mine = None if wanted is None else [i for i in wanted if database_of_job(i) == alias]
+            if mine == []:
+                continue
+            with on_shard(alias):
+                counts = self._cancel_many_here(mine, queue, task, tags_json, by)
+            cancelled, requested = cancelled + counts.cancelled, requested + counts.requested
+        return CancelCounts(cancelled, requested)
+
+    def _cancel_many_here(
+        self, wanted: list[int] | None, queue: str | None, task: str | None, tags_json: str | None, by: str
+    ) -> CancelCounts:
+        """cancel_many on the database this context works on."""
         until = self._execute(self._sql().NEWEST_ID, {})[0][0]
         cancelled = requested = after = 0
         while True:
-            if ids is not None:
+            if wanted is not None:
                 batch = [i for i in wanted if i > after][:CANCEL_BATCH]
             else:
                 params = {
@@ -80,7 +103,7 @@ class ControlManager(BaseJobManager):
             rows = self._cancel(batch, by, queue, task, tags_json)
             cancelled += sum(1 for row in rows if row[1] == JobStatus.CANCELLED)
             requested += sum(1 for row in rows if row[1] == JobStatus.RUNNING)
-            if ids is not None or tags_json is None:  # the tagged selection needs no cursor
+            if wanted is not None or tags_json is None:  # the tagged selection needs no cursor
                 after = batch[-1]
 
     def _cancel(
@@ -107,6 +130,7 @@ class ControlManager(BaseJobManager):
             "run_at": None if run_at is None else validation.aware(run_at, "run_at"),
             "priority": None if priority is None else validation.priority(priority),
         })  # fmt: skip
-        rows = self._execute(self._sql().RESCHEDULE, params)
-        self._wake([row[1] for row in rows if row[2]])
+        with on_shard(database_of_job(job_id)):
+            rows = self._execute(self._sql().RESCHEDULE, params)
+            self._wake([row[1] for row in rows if row[2]])
         return bool(rows)

@@ -15,7 +15,8 @@ from django.db import transaction
 
 from .. import fairness, tracing, validation
 from ..conf import jobq_settings
-from ..exceptions import DependencyFailed, DependencyNotFound, InvalidJob, WorkflowTooLarge
+from ..exceptions import DependencyFailed, DependencyNotFound, InvalidJob, SpansDatabases, WorkflowTooLarge
+from ..shards import database_of_job, database_of_queues, on_shard
 from ..status import CANCELLED, DEAD, FINISHED
 from .base import retrying_conflicts
 from .producing_many import BulkProducerManager
@@ -138,6 +139,18 @@ class GraphManager(BulkProducerManager):
         name = None if workflow is None else validation.string(workflow, "workflow name", 200)
         rows = self._graph_rows(nodes)
         external = sorted({i for node in nodes for i in node.depends_on})
+        alias = database_of_queues(row["queue"] for row in rows)
+        if elsewhere := sorted(i for i in external if database_of_job(i) != alias):
+            raise SpansDatabases(
+                f"job(s) {', '.join(map(str, elsewhere[:10]))} are on another database than this "
+                f"workflow's queues ({alias!r}): a job depends only on jobs of its own database"
+            )
+        with on_shard(alias, writes_jobs=True):
+            return self._write_graph(nodes, name, rows, external)
+
+    def _write_graph(
+        self, nodes: list[GraphNode], name: str | None, rows: list[dict[str, Any]], external: list[int]
+    ) -> EnqueuedGraph:
         with transaction.atomic(using=self.connection.alias):
             found = self._flag(external) if external else {}
             if missing := [i for i in external if i not in found]:

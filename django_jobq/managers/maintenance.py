@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
+from ..shards import database_of_job, on_shard
 from ..status import FINISHED, JobStatus
 from .base import BaseJobManager, retrying_conflicts
 
@@ -51,6 +52,19 @@ class MaintenanceManager(BaseJobManager):
         random share of it. Workers waiting for work on the queues of the jobs due now are woken, as
         by an enqueue (on commit)."""
         ids = [validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids]
+        if not jobq_settings().shards:
+            return self._requeue_here(ids, run_at, priority, spread)
+        requeued = []
+        for alias in {database_of_job(i): None for i in ids}:  # every id's database known before any write
+            with on_shard(alias):
+                mine = [i for i in ids if database_of_job(i) == alias]
+                requeued += self._requeue_here(mine, run_at, priority, spread)
+        return requeued
+
+    def _requeue_here(
+        self, ids: list[int], run_at: dt.datetime | None, priority: int | None, spread: float
+    ) -> list[int]:
+        """requeue_many on the database this context works on."""
         params = self._notify_params(
             {
                 "ids": ids,

@@ -13,6 +13,7 @@ from .. import fairness, tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
+from ..shards import database_of_queue, on_shard
 from .base import BaseJobManager
 
 
@@ -190,6 +191,10 @@ class ProducerManager(BaseJobManager):
         same statement), or None as enqueue() does."""
         params = self._enqueue_params(task, payload, **options)
         mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
+        with on_shard(database_of_queue(params["queue"]), writes_jobs=True):
+            return self._enqueue_row(params, mode)
+
+    def _enqueue_row(self, params: dict[str, Any], mode: str) -> Enqueued | None:
         params["max_depth"] = limit = jobq_settings().depth_limits().get(params["queue"])
         statement = self._enqueue_statement(
             mode, keyed=params["dedupe_key"] is not None, gated=limit is not None
@@ -283,6 +288,10 @@ class ProducerManager(BaseJobManager):
         if dedupe_key is None:
             raise InvalidJob("enqueue_or_get needs a dedupe_key")
         params = self._enqueue_params(task, payload, dedupe_key=dedupe_key, **options)
+        with on_shard(database_of_queue(params["queue"]), writes_jobs=True):
+            return self._enqueue_or_get_row(params, dedupe_key)
+
+    def _enqueue_or_get_row(self, params: dict[str, Any], dedupe_key: str) -> tuple[Enqueued, bool]:
         params["max_depth"] = jobq_settings().depth_limits().get(params["queue"])
         sql = self._sql()
         statement = sql.ENQUEUE_OR_GET if params["max_depth"] is None else sql.ENQUEUE_OR_GET_GATED

@@ -12,6 +12,7 @@ from django.db import transaction
 from .. import fairness, tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
+from ..shards import database_of_queues, on_shard, working_database
 from ..sql.engine import NewRow
 from .base import retrying_conflicts
 from .producing import NewJob, ProducerManager
@@ -23,12 +24,29 @@ class BulkProducerManager(ProducerManager):
         "replace", of the PENDING holders replaced). Keys and modes as for enqueue; of jobs repeating
         a key inside the batch the first wins. All or nothing: an invalid job raises (its message names
         its index) and nothing is written."""
-        conf = jobq_settings()
         if on_duplicate not in ("skip", "replace"):
             raise InvalidJob(
                 f"enqueue_many's on_duplicate must be 'skip' or 'replace', not {on_duplicate!r:.100}"
             )
         jobs = list(jobs)
+        alias = self._database_of(jobs) if jobq_settings().shards else working_database()
+        with on_shard(alias, writes_jobs=True):
+            return self._enqueue_many(jobs, on_duplicate)
+
+    def _database_of(self, jobs: list[NewJob]) -> str:
+        """The one database that holds the queues of ``jobs`` (SpansDatabases when they are on
+        several: one statement writes one database)."""
+        queues: set[str] = set()
+        for index, job in enumerate(jobs):
+            if isinstance(job, NewJob):  # anything else is refused with its index by _rows
+                try:
+                    queues.add(self._options(job.task, job.queue, job.priority, job.max_attempts)[1])
+                except InvalidJob as exc:
+                    raise type(exc)(f"job {index}: {exc}") from None
+        return database_of_queues(queues)
+
+    def _enqueue_many(self, jobs: list[NewJob], on_duplicate: str) -> list[int]:
+        conf = jobq_settings()
         engine = self._engine()
         if (
             engine.bulk_min_rows is not None

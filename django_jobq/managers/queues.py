@@ -7,6 +7,7 @@ from typing import Any
 from .. import validation
 from ..conf import jobq_settings
 from ..notify.listener import STATE_CHANGED
+from ..shards import database_of_queue, on_shard
 from .base import BaseJobManager
 
 
@@ -22,13 +23,15 @@ class QueueStateManager(BaseJobManager):
         return self._changed(self._sql().RESUME_QUEUE, name, by)
 
     def _changed(self, statement: Any, name: str, by: str | None) -> bool:
-        changed = bool(self._execute(statement, self._state_params(name, by)))
-        if changed:
-            self._wake([STATE_CHANGED])
+        params = self._state_params(name, by)
+        with on_shard(database_of_queue(params["name"])):  # its workers read its state there
+            changed = bool(self._execute(statement, params))
+            if changed:
+                self._wake([STATE_CHANGED])
         return changed
 
     def paused_queues(self) -> list[str]:
-        """The names of the paused queues, sorted."""
+        """The names of the paused queues of the database this context works on, sorted."""
         return [row[0] for row in self._execute(self._sql().PAUSED_QUEUES, {})]
 
     @staticmethod

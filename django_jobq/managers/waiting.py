@@ -15,6 +15,7 @@ from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob, WaitTimeout
 from ..notify.listener import connection_params, listen_params
+from ..shards import database_of_job, on_shard
 from ..status import FINISHED
 from .base import BaseJobManager
 
@@ -28,8 +29,13 @@ class WaitingManager(BaseJobManager):
         WaitTimeout after ``timeout`` seconds; InvalidJob if there is no such job. Runs on its own
         connection (the caller's transaction is not used: a job enqueued in it cannot finish before
         it commits; nor are the caller's thread's Django connections). ``poll``: seconds between reads when no notification comes (JOBQ["POLL_INTERVAL"])."""
-        self._engine().capabilities.require("wait_for", "Job.objects.wait_for()")
         job_id = validation.integer(job_id, "job id", 1, (1 << 63) - 1)
+        with on_shard(database_of_job(job_id)):
+            return self._wait_here(job_id, timeout=timeout, poll=poll)
+
+    def _wait_here(self, job_id: int, *, timeout: float, poll: float | None) -> Job:
+        """wait_for on the database this context works on."""
+        self._engine().capabilities.require("wait_for", "Job.objects.wait_for()")
         timeout = validation.seconds(timeout, "timeout")
         conf = jobq_settings()
         poll = conf.poll_interval if poll is None else validation.seconds(poll, "poll")

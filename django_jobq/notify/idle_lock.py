@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from ..conf import jobq_settings
+from ..conf import current_database, jobq_settings, on_database
 from ..sql.postgres.listen import (
     IDLE_LOCK_RELEASE,
     IDLE_LOCK_SESSION,
@@ -58,6 +58,7 @@ class IdleLock(threading.Thread):
         on_connected: Callable[[], None] | None = None,
     ):
         """``on_lost`` and ``on_connected``: as the Listener's."""
+        self._database = current_database()
         super().__init__(name="jobq-idle-lock", daemon=True)
         self.wake_all = wake_all
         self.on_lost = on_lost or log_loss
@@ -97,6 +98,10 @@ class IdleLock(threading.Thread):
                 self._bell[1].send(b"\0")
 
     def run(self) -> None:
+        with on_database(self._database):  # the worker's (a thread starts on the home database)
+            self._ring_and_run()
+
+    def _ring_and_run(self) -> None:
         bell = socket.socketpair()
         for end in bell:
             end.setblocking(False)

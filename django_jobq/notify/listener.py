@@ -13,7 +13,7 @@ import psycopg
 from django.db import connections
 from psycopg import sql
 
-from ..conf import jobq_settings, listen_target
+from ..conf import current_database, jobq_settings, listen_target, on_database
 
 logger = logging.getLogger("django_jobq")
 
@@ -73,6 +73,7 @@ class Listener(threading.Thread):
     ):
         """``on_lost(what, exc)`` and ``on_connected()`` report the connection's losses and recoveries
         (a worker summarises them with its other outages); without them each loss is logged."""
+        self._database = current_database()
         super().__init__(name="jobq-listener", daemon=True)
         self.wake = wake
         self.stopping = stopping
@@ -83,6 +84,10 @@ class Listener(threading.Thread):
         self.channel = conf.notify_channel
 
     def run(self) -> None:
+        with on_database(self._database):  # the worker's (a thread starts on the home database)
+            self._run()
+
+    def _run(self) -> None:
         delay = 0.1
         while not self.stopping.is_set():
             try:

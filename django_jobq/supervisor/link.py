@@ -29,11 +29,13 @@ class Supervised(Protocol):
     """What the link needs of a worker (django_jobq.worker.Worker)."""
 
     worker_id: str
-    processed: int
     supervision: dict[str, Any] | None
     started: threading.Event
     stopping: threading.Event
     finished: threading.Event
+
+    @property
+    def processed(self) -> int: ...
 
     def stop(self) -> None: ...
 

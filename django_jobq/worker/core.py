@@ -21,7 +21,7 @@ from django.db import connections
 
 from .. import validation
 from ..checks.engine import engine_problems
-from ..conf import jobq_settings
+from ..conf import carrying_database, jobq_settings
 from ..exceptions import ConfigurationError, InvalidJob
 from ..managers.seats import TASK_SEATS
 from ..models import Job
@@ -31,7 +31,7 @@ from ..notify.listener import CLAIM_AGAIN, STATE_CHANGED, Listener
 from ..sql import engine_for
 from . import startup
 from .heartbeat import HeartbeatMixin
-from .lanes import ALL_QUEUES, Lane
+from .lanes import ALL_QUEUES, Lane, check_lanes
 from .lock_waits import LockWaits
 from .outage import Outage
 from .side import SideWriter
@@ -75,6 +75,8 @@ class Worker(HeartbeatMixin, SlotMixin):
             )
         except InvalidJob as exc:
             raise ConfigurationError(str(exc)) from None
+        if conf.shards:  # a named lane of another database's queue would never find its jobs
+            check_lanes(lanes, conf.database)
         named = tuple(sorted(q for q in lanes if q != ALL_QUEUES))
         self.lanes = {
             name: Lane(name, slots, exclude=named if name == ALL_QUEUES else ())
@@ -188,7 +190,7 @@ class Worker(HeartbeatMixin, SlotMixin):
             finally:
                 connections.close_all()
 
-        thread = threading.Thread(target=main, name=name, daemon=True)
+        thread = threading.Thread(target=carrying_database(main), name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
 

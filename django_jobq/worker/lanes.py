@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .. import validation
 from ..context import CancelSignal
 from ..exceptions import ConfigurationError, InvalidJob
+from ..shards import database_of_queue, every_database
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -20,6 +21,26 @@ if TYPE_CHECKING:
 
 ALL_QUEUES = "*"  # a lane serving every queue that no other lane of the worker serves
 SHORT_RUN_SECONDS = 0.05  # a lane claims ahead while its recent runs average less than this
+
+
+def lanes_by_database(lanes: dict[str, int]) -> dict[str, dict[str, int]]:
+    """``lanes`` split by the database that holds each named queue; a ``*`` lane on every database
+    (its named queues excluded there as everywhere)."""
+    found: dict[str, dict[str, int]] = {}
+    for name, slots in lanes.items():
+        for alias in every_database() if name == ALL_QUEUES else [database_of_queue(name)]:
+            found.setdefault(alias, {})[name] = slots
+    return found
+
+
+def check_lanes(lanes: dict[str, int], alias: str) -> None:
+    """ConfigurationError for a named lane whose queue is on another database than ``alias`` (a
+    worker there would never find its jobs)."""
+    for name in lanes:
+        if name != ALL_QUEUES and (home := database_of_queue(name)) != alias:
+            raise ConfigurationError(
+                f"queue {name!r} is on database {home!r}, not {alias!r}: run its lane on a worker of {home!r}"
+            )
 
 
 def parse_lanes(spec: str, default_slots: int) -> dict[str, int]:

@@ -28,7 +28,7 @@ import psycopg
 from django.db import Error as DatabaseError
 from django.db import connections, transaction
 
-from ..conf import jobq_settings
+from ..conf import carrying_database, jobq_settings
 from ..models import Job
 
 logger = logging.getLogger("django_jobq")
@@ -94,7 +94,7 @@ class LockWaits:
             "its own (the lane goes on)", self.worker_id, what,
         )  # fmt: skip
         threading.Thread(
-            target=self._wait, args=(job_id, kind, write, then, what), daemon=True,
+            target=carrying_database(self._wait), args=(job_id, kind, write, then, what), daemon=True,
             name=f"jobq-lock-wait-{job_id}-{kind}",
         ).start()  # fmt: skip
 

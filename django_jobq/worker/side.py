@@ -10,7 +10,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from django.db import Error as DatabaseError
 from django.db import connections
 
-from ..conf import jobq_settings
+from ..conf import carrying_database, jobq_settings
 from ..models import Job
 
 logger = logging.getLogger("django_jobq")
@@ -28,7 +28,9 @@ class SideWriter:
         """Run ``op``; False when the database failed or did not answer within the statement timeout.
         A JobqError (a bad value) reaches the caller."""
         try:
-            return self._pool.submit(self._run, op).result(timeout=jobq_settings().statement_timeout + 5)
+            return self._pool.submit(carrying_database(self._run), op).result(
+                timeout=jobq_settings().statement_timeout + 5
+            )
         except (DatabaseError, FutureTimeout) as exc:
             logger.warning("progress/lease write failed: %s", exc)
             return False

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.db.models import Count
 
-from ..conf import jobq_settings
 from ..exceptions import WaitTimeout
+from ..shards import database_of_job
 from ..status import ACTIVE, CancelCounts, JobStatus
 
 
@@ -47,15 +47,15 @@ class Workflow:
     def get(cls, workflow_id: int) -> Workflow:
         from ..models import Job
 
-        jobs = Job.objects.using(jobq_settings().database).filter(workflow_id=workflow_id)
+        jobs = Job.objects.using(database_of_job(workflow_id)).filter(workflow_id=workflow_id)
         ids = list(jobs.order_by("id").values_list("id", flat=True))
         return cls(workflow_id, ids)
 
     def jobs(self) -> Any:
-        """The workflow's jobs (a queryset on JOBQ["DATABASE"], never a replica's older rows)."""
+        """The workflow's jobs (a queryset on the database its id names, never a replica's older rows)."""
         from ..models import Job
 
-        return Job.objects.using(jobq_settings().database).filter(workflow_id=self.id)
+        return Job.objects.using(database_of_job(self.id)).filter(workflow_id=self.id)
 
     def status(self) -> WorkflowStatus:
         rows = self.jobs().order_by().values_list("status").annotate(n=Count("id"))

@@ -75,6 +75,19 @@ for _key in (
 ):  # fmt: skip
     if f"JOBQ_{_key}" in env:  # the reliability tests prune within seconds, widen a grace; metrics bounds
         JOBQ[_key] = env.float(f"JOBQ_{_key}")
+# Shard servers a test started (tests/servers/shards.py), for its worker subprocesses:
+# JOBQ_TEST_SHARDS = '{"jobs2": [1, PORT], ...}' (alias: [shard number, port]).
+if "JOBQ_TEST_SHARDS" in env:
+    JOBQ["SHARDS"] = {}
+    for _alias, (_number, _port) in env.json("JOBQ_TEST_SHARDS").items():
+        DATABASES[_alias] = {
+            **DATABASES["default"],
+            "NAME": "jobq_shard",
+            "HOST": "127.0.0.1",
+            "PORT": str(_port),
+        }
+        JOBQ["SHARDS"][_alias] = _number
+    DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -4,8 +4,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from django_jobq.conf import carrying_database, on_database
 from django_jobq.management import metrics_options
 from django_jobq.reaper import Reaper
+from django_jobq.shards import every_database
 
 
 class Command(BaseCommand):
@@ -27,23 +29,44 @@ class Command(BaseCommand):
             self._run(options)
 
     def _run(self, options: dict[str, Any]) -> None:
-        reaper = Reaper(interval=options["interval"])
+        # one reaper per database (django_jobq.shards), each with its own leadership there
+        reapers: dict[str, Reaper] = {}
+        for alias in every_database():
+            with on_database(alias):
+                reapers[alias] = Reaper(interval=options["interval"])
         if options["once"]:
-            if not reaper.acquire():
-                self.stdout.write("another reaper is acting; nothing done")
-                return
-            try:
-                result = reaper.run_until_clear()
-            finally:
-                reaper.release()
-            self.stdout.write(
-                f"reaped {len(result.reaped)}, pruned {result.pruned_done} done, {result.pruned_dead} dead and "
-                f"{result.pruned_cancelled} cancelled job(s)"
-                f", {result.pruned_marks} expired inbound mark(s)"
-                f" and {result.pruned_rates} idle rate-limit key(s)"
-            )
+            for alias, reaper in reapers.items():
+                with on_database(alias):
+                    self._once(reaper, alias if len(reapers) > 1 else None)
             return
         stopping = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopping.set())
-        reaper.run(stopping)
+        if len(reapers) == 1:
+            next(iter(reapers.values())).run(stopping)
+            return
+        threads = []
+        for alias, reaper in reapers.items():
+            with on_database(alias):
+                run = carrying_database(reaper.run)
+            threads.append(threading.Thread(target=run, args=(stopping,), name=f"jobq-reaper-{alias}"))
+            threads[-1].start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)
+
+    def _once(self, reaper: Reaper, alias: str | None) -> None:
+        where = "" if alias is None else f"database {alias!r}: "
+        if not reaper.acquire():
+            self.stdout.write(f"{where}another reaper is acting; nothing done")
+            return
+        try:
+            result = reaper.run_until_clear()
+        finally:
+            reaper.release()
+        self.stdout.write(
+            f"{where}reaped {len(result.reaped)}, pruned {result.pruned_done} done, {result.pruned_dead} dead and "
+            f"{result.pruned_cancelled} cancelled job(s)"
+            f", {result.pruned_marks} expired inbound mark(s)"
+            f" and {result.pruned_rates} idle rate-limit key(s)"
+        )

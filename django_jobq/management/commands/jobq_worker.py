@@ -9,11 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_jobq.conf import jobq_settings, on_database
 from django_jobq.exceptions import ConfigurationError
 from django_jobq.management import metrics_options
 from django_jobq.supervisor import EXIT_RESTART_LIMIT, link
 from django_jobq.supervisor import options as supervision
 from django_jobq.worker import Worker, parse_lanes
+from django_jobq.worker.group import WorkerGroup
+from django_jobq.worker.lanes import lanes_by_database
 from django_jobq.worker.startup import banner
 
 if TYPE_CHECKING:
@@ -103,10 +106,12 @@ class Command(BaseCommand):
             sock = link.from_environment()  # a supervisor started this process
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        try:
-            worker = Worker(
-                parse_lanes(options["queues"], options["concurrency"]),
-                worker_id=options["worker_id"],
+
+        def make(lanes: dict[str, int], worker_id: str | None) -> Worker:
+            # one scheduler (it works on the home database, whichever worker runs it): the first's
+            return Worker(
+                lanes,
+                worker_id=worker_id or options["worker_id"],
                 burst=options["burst"],
                 # Supervised, --max-jobs asks for a replacement and the worker runs on until SIGTERM.
                 max_jobs=options["max_jobs"] if sock is None else None,
@@ -114,10 +119,26 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 listen=not options["no_listen"],
                 reaper=_reaper() if options["reap"] else None,
-                scheduler=_scheduler() if options["scheduler"] else None,
+                scheduler=_scheduler() if options["scheduler"] and worker_id is None else None,
             )
+
+        database: str | None = None
+        worker: Worker | WorkerGroup
+        try:
+            lanes = parse_lanes(options["queues"], options["concurrency"])
+            by_database = lanes_by_database(lanes) if jobq_settings().shards else {}
+            if len(by_database) > 1:  # queues on several databases (docs/operations/shards.md)
+                worker = WorkerGroup(by_database, make)
+            else:
+                database = next(iter(by_database), None)
+                with on_database(database):
+                    worker = make(lanes, None)
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
+        with on_database(database):
+            self._serve(worker, sock, options)
+
+    def _serve(self, worker: Worker | WorkerGroup, sock: Any, options: dict[str, Any]) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.stop())
         local = None  # supervised with --metrics-port: this process's figures, on a local port
@@ -131,7 +152,7 @@ class Command(BaseCommand):
             port = None if local is None else int(local.server_port)
             link.Link(sock, worker, options["max_jobs"], metrics_port=port).start()
         if not logging.getLogger("django_jobq").isEnabledFor(logging.INFO):  # else the worker logs it
-            self.stdout.write(banner(worker))
+            self.stdout.write(worker.banner() if isinstance(worker, WorkerGroup) else banner(worker))
         try:
             if options["metrics_port"] is not None or local is not None:
                 from django_jobq.metrics import worker as worker_metrics

@@ -1,0 +1,126 @@
+"""Which database holds what: queues placed on other PostgreSQL servers (JOBQ["SHARDS"] and
+QUEUES[name]["DATABASE"]), and job ids that say which database they belong to.
+
+Shard 0 is JOBQ["DATABASE"]; shard n's ids start at ``n << 48`` (2.8e14 ids per shard), set on its
+sequences when it is migrated (django_jobq.apps: post_migrate), so an id names its database and no two
+databases ever hand out the same id. Every operation on one job (cancel, wait_for, reschedule,
+requeue, a Django Tasks result) runs on the database its id names; an enqueue runs on its queue's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator
+
+from django.db import connections
+
+from .conf import current_database, home_database, jobq_settings, on_database
+from .exceptions import ForeignTransaction, SpansDatabases, UnknownShard
+
+ID_BITS = 48  # an id's low bits; the bits above them are its shard number
+# tables whose ids leave the database (a job's, a workflow's), each given its shard's range
+ID_TABLES = ("jobq_job", "jobq_workflow")
+
+
+# set by idempotent(): the enqueues inside carry a key that makes a second write a no-op
+_IDEMPOTENT: contextvars.ContextVar[bool] = contextvars.ContextVar("jobq_idempotent", default=False)
+
+
+def shard_number(alias: str) -> int:
+    """0 for JOBQ["DATABASE"], else the alias's number in JOBQ["SHARDS"] (KeyError if none)."""
+    return 0 if alias == home_database() else jobq_settings().shards[alias]
+
+
+def id_floor(alias: str) -> int:
+    """The first id of ``alias``'s range (1 on the home database)."""
+    return max(1, shard_number(alias) << ID_BITS)
+
+
+def id_ceiling(alias: str) -> int:
+    """The last id of ``alias``'s range."""
+    return ((shard_number(alias) + 1) << ID_BITS) - 1
+
+
+def every_database() -> list[str]:
+    """JOBQ["DATABASE"], then each alias of JOBQ["SHARDS"] by number."""
+    shards = jobq_settings().shards
+    return [home_database(), *sorted(shards, key=shards.__getitem__)]
+
+
+def database_of_queue(queue: str) -> str:
+    """The alias that holds ``queue``'s jobs."""
+    options = jobq_settings().queues.get(queue)
+    return home_database() if options is None or options.database is None else options.database
+
+
+def database_of_queues(queues: Iterable[str]) -> str:
+    """The one alias that holds all of ``queues`` (SpansDatabases when they are on several)."""
+    found = {database_of_queue(queue) for queue in queues}
+    if len(found) > 1:
+        raise SpansDatabases(
+            f"these jobs' queues are on several databases ({', '.join(sorted(found))}); one enqueue "
+            "writes one database: enqueue each database's jobs on their own"
+        )
+    return found.pop() if found else home_database()
+
+
+def database_of_job(job_id: int) -> str:
+    """The alias whose server holds job (or workflow) ``job_id``, read from the id's shard number."""
+    number = int(job_id) >> ID_BITS
+    if number == 0:
+        return home_database()
+    for alias, n in jobq_settings().shards.items():
+        if n == number:
+            return alias
+    raise UnknownShard(f"id {job_id} belongs to shard {number}, which JOBQ['SHARDS'] does not name")
+
+
+def sharded() -> bool:
+    """Whether any database other than JOBQ["DATABASE"] holds queues."""
+    return bool(jobq_settings().shards)
+
+
+def working_database() -> str:
+    """The alias jobq's statements go to in this context."""
+    return current_database() or home_database()
+
+
+@contextlib.contextmanager
+def on_shard(alias: str, *, writes_jobs: bool = False) -> Iterator[None]:
+    """Run the block on ``alias`` (at no cost when the context is on it already). ``writes_jobs``: the
+    block enqueues, so ForeignTransaction when it could not commit with the caller's transaction."""
+    if writes_jobs and jobq_settings().shards and not _IDEMPOTENT.get():
+        refuse_foreign_transaction(alias)
+    if alias == working_database():
+        yield
+    else:
+        with on_database(alias):
+            yield
+
+
+def refuse_foreign_transaction(alias: str) -> None:
+    """ForeignTransaction when a transaction is open on another database than ``alias`` and none on
+    ``alias``: jobs written on ``alias`` would commit on their own, whatever the caller's
+    transaction did (a job of a rolled-back order would run)."""
+    if connections[alias].in_atomic_block:
+        return
+    for connection in connections.all(initialized_only=True):
+        if connection.alias != alias and connection.in_atomic_block:
+            raise ForeignTransaction(
+                f"this enqueue writes database {alias!r} from inside a transaction on "
+                f"{connection.alias!r}: the job could not commit or roll back with it. Enqueue after "
+                f"the commit, or open the transaction on {alias!r} (docs/operations/shards.md)"
+            )
+
+
+@contextlib.contextmanager
+def idempotent() -> Iterator[None]:
+    """Allow the enqueues inside to commit on their own database, outside the caller's transaction:
+    for jobs whose dedupe key makes a second write of them a no-op, so that a caller whose transaction
+    rolled back and tries again never doubles them (the scheduler's ticks)."""
+    token = _IDEMPOTENT.set(True)
+    try:
+        yield
+    finally:
+        _IDEMPOTENT.reset(token)

@@ -1,0 +1,344 @@
+"""Queues placed on other PostgreSQL servers (django_jobq.shards), against two real servers of their
+own (tests/servers/shards.py, "jobs2" as shard 1 and "jobs3" as shard 2) beside the test database:
+ids in each shard's range, every operation on a job run on the database its id names, enqueues
+refused before anything is written when they could not commit with the caller's transaction or
+would span databases, one worker process draining every database, and the others draining while one
+is down."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings as django_settings
+from django.core import checks
+from django.core.management import call_command
+from django.db import connections, transaction
+from django.test import override_settings
+
+from django_jobq import shards
+from django_jobq.conf import on_database
+from django_jobq.exceptions import (
+    ConfigurationError,
+    ForeignTransaction,
+    JobqError,
+    SpansDatabases,
+    UnknownShard,
+)
+from django_jobq.managers.producing import NewJob
+from django_jobq.models import Job, JobStatus
+from django_jobq.worker import Worker
+from django_jobq.worker.group import WorkerGroup
+from django_jobq.worker.lanes import lanes_by_database
+from tests.conftest import start_worker, wait_until
+from tests.servers import shards as servers
+from tests.testapp.models import Execution
+
+pytestmark = [pytest.mark.integration]
+SHARDS = {"jobs2": 1, "jobs3": 2}
+QUEUES = {"reports": {"DATABASE": "jobs2"}, "archive": {"DATABASE": "jobs3"}}
+ALIASES = ["default", *SHARDS]  # each test's databases: flushed after it
+FLOOR = {"default": 1, "jobs2": 1 << 48, "jobs3": 2 << 48}
+
+
+@pytest.fixture(scope="module")
+def shard_servers(django_db_setup, django_db_blocker) -> Iterator[dict[str, servers.ShardServer]]:
+    if why := servers.problem():
+        pytest.skip(why)
+    started = {alias: servers.ShardServer(alias) for alias in SHARDS}
+    sharded = override_settings(
+        JOBQ={**django_settings.JOBQ, "SHARDS": SHARDS}, DATABASE_ROUTERS=["django_jobq.routers.JobqRouter"]
+    )
+    try:
+        with django_db_blocker.unblock():
+            for server in started.values():
+                server.create()
+            sharded.enable()
+            for alias in started:
+                call_command("migrate", database=alias, verbosity=0)
+        yield started
+    finally:
+        sharded.disable()
+        for server in started.values():
+            server.remove()
+
+
+@pytest.fixture
+def placed(shard_servers, settings) -> Iterator[dict[str, servers.ShardServer]]:
+    """The shards, with queue "reports" on jobs2 and "archive" on jobs3."""
+    settings.JOBQ = {
+        **settings.JOBQ,
+        "SHARDS": SHARDS,
+        "QUEUES": {**settings.JOBQ.get("QUEUES", {}), **QUEUES},
+    }
+    settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
+    return shard_servers
+
+
+def on(alias: str) -> list[Job]:
+    return list(Job.objects.using(alias).order_by("id"))
+
+
+# -- identity ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_each_database_hands_out_ids_of_its_own_range_and_the_id_names_it(placed):
+    ids = {
+        "default": Job.objects.enqueue("test.noop"),
+        "jobs2": Job.objects.enqueue("test.noop", queue="reports"),
+        "jobs3": Job.objects.enqueue("test.noop", queue="archive"),
+    }
+    for alias, job_id in ids.items():
+        assert FLOOR[alias] <= job_id < FLOOR[alias] + (1 << 48), (alias, job_id)
+        assert shards.database_of_job(job_id) == alias
+        assert [job.id for job in on(alias)] == [job_id]  # written there, and only there
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_operations_on_one_job_run_on_the_database_its_id_names(placed):
+    job_id = Job.objects.enqueue("test.noop", queue="reports", delay=3600)
+    assert Job.objects.reschedule(job_id, priority=7)
+    assert Job.objects.using("jobs2").get(id=job_id).priority == 7
+    assert Job.objects.cancel(job_id).name == "CANCELLED"
+    assert Job.objects.using("jobs2").get(id=job_id).status == JobStatus.CANCELLED
+    assert Job.objects.requeue(job_id)
+    assert Job.objects.using("jobs2").get(id=job_id).status == JobStatus.PENDING
+    other = Job.objects.enqueue("test.noop", queue="archive", delay=3600)
+    counts = Job.objects.cancel_many(ids=[job_id, other])
+    assert (counts.cancelled, counts.requested) == (2, 0)
+    assert Job.objects.using("jobs3").get(id=other).status == JobStatus.CANCELLED
+    assert Job.objects.pause_queue("reports")
+    with on_database("jobs2"):
+        assert Job.objects.paused_queues() == ["reports"]
+    assert Job.objects.paused_queues() == []  # the home database's: not paused there
+    assert Job.objects.resume_queue("reports")
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_an_id_of_a_shard_that_is_not_configured_is_refused(placed):
+    stray = (7 << 48) + 1
+    for call in (
+        lambda: Job.objects.cancel(stray),
+        lambda: Job.objects.reschedule(stray, priority=1),
+        lambda: Job.objects.requeue(stray),
+        lambda: Job.objects.wait_for(stray, timeout=0.1),
+        lambda: Job.objects.enqueue("test.noop", depends_on=[stray]),
+    ):
+        with pytest.raises(UnknownShard):
+            call()
+    assert not any(on(alias) for alias in ("default", *SHARDS))
+
+
+# -- what one enqueue may write ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_an_enqueue_that_could_not_commit_with_the_callers_transaction_is_refused(placed):
+    with pytest.raises(ForeignTransaction), transaction.atomic():
+        Job.objects.enqueue("test.noop", queue="reports")
+    with pytest.raises(ForeignTransaction), transaction.atomic():
+        Job.objects.enqueue_many([NewJob("test.noop", queue="reports")])
+    assert on("jobs2") == []
+    # inside a transaction on the queue's own database it commits, or rolls back, with it
+    with pytest.raises(RuntimeError), transaction.atomic(using="jobs2"):
+        Job.objects.enqueue("test.noop", queue="reports")
+        raise RuntimeError("rolled back")
+    assert on("jobs2") == []
+    with transaction.atomic(using="jobs2"):
+        kept = Job.objects.enqueue("test.noop", queue="reports")
+    assert [job.id for job in on("jobs2")] == [kept]
+    # a queue of the home database is as before: inside the caller's transaction
+    with transaction.atomic():
+        Job.objects.enqueue("test.noop")
+    assert len(on("default")) == 1
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_one_write_spanning_databases_is_refused_before_anything_is_written(placed):
+    with pytest.raises(SpansDatabases):
+        Job.objects.enqueue_many([NewJob("test.noop", queue="reports"), NewJob("test.noop", queue="archive")])
+    first = Job.objects.enqueue("test.noop", queue="reports", delay=3600)
+    with pytest.raises(SpansDatabases):  # a job depends only on jobs of its own database
+        Job.objects.enqueue("test.noop", queue="archive", depends_on=[first])
+    with pytest.raises(SpansDatabases):
+        Job.objects.enqueue_many([
+            NewJob("test.noop", queue="reports"), NewJob("test.noop", queue="default", depends_on=[first]),
+        ])  # fmt: skip
+    assert [job.id for job in on("jobs2")] == [first] and on("jobs3") == [] and on("default") == []
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_batch_and_a_workflow_are_written_on_their_queues_database(placed):
+    keyed = Job.objects.enqueue_many(
+        [NewJob("test.noop", queue="reports", dedupe_key=f"k{i}") for i in range(5)]
+    )
+    copied = Job.objects.enqueue_many([NewJob("test.noop", queue="archive") for _ in range(600)])  # COPY
+    assert all(shards.database_of_job(i) == "jobs2" for i in keyed) and len(on("jobs2")) == 5
+    assert all(shards.database_of_job(i) == "jobs3" for i in copied) and len(on("jobs3")) == 600
+    from django_jobq.workflows import Signature, Workflow, chain
+
+    handle = chain(Signature("test.noop", queue="reports"), Signature("test.noop", queue="reports")).enqueue(
+        name="w"
+    )
+    assert shards.database_of_job(handle.id) == "jobs2"
+    assert Workflow.get(handle.id).job_ids == sorted(handle.job_ids)
+    assert on("default") == []
+
+
+# -- workers ----------------------------------------------------------------------------------------
+
+
+def run_group(lanes: dict[str, int], **options) -> tuple[WorkerGroup, threading.Thread]:
+    group = WorkerGroup(
+        lanes_by_database(lanes), lambda its, worker_id: Worker(its, worker_id=worker_id, **options)
+    )
+    thread = threading.Thread(target=group.run, daemon=True)
+    thread.start()
+    return group, thread
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_one_worker_drains_the_queues_of_every_database(placed):
+    ids = [
+        Job.objects.enqueue("test.record", queue=q)
+        for q in ("default", "reports", "archive")
+        for _ in range(20)
+    ]
+    group, thread = run_group({"*": 2}, burst=True, poll_interval=0.2)
+    thread.join(120)
+    assert not thread.is_alive(), "the burst worker group did not end"
+    assert set(group.workers) == {"default", "jobs2", "jobs3"}
+    assert len({w.worker_id for w in group.workers.values()}) == 1
+    for alias in ("default", *SHARDS):
+        assert {job.status for job in on(alias)} == {JobStatus.DONE}, alias
+    ran = list(Execution.objects.values_list("job_id", flat=True))
+    assert sorted(ran) == sorted(ids)  # each job once
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_worker_refuses_a_lane_of_another_databases_queue(placed):
+    with pytest.raises(ConfigurationError, match="queue 'reports' is on database 'jobs2'"):
+        Worker({"reports": 1})
+    with on_database("jobs2"):
+        Worker({"reports": 1, "*": 1})  # there, it is its own
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_other_databases_drain_while_one_is_down(placed):
+    down = placed["jobs3"]
+    group, thread = run_group({"*": 2}, poll_interval=0.2)
+    try:
+        wait_until(group.started.is_set, message="the workers started")
+        stuck = Job.objects.enqueue("test.record", queue="archive", delay=1)
+        down.stop("fast")
+        try:
+            fine = [
+                Job.objects.enqueue("test.record", queue=q) for q in ("default", "reports") for _ in range(10)
+            ]
+            wait_until(
+                lambda: Execution.objects.filter(job_id__in=fine).count() == 20, timeout=60,
+                message="the jobs of the databases that are up ran",
+            )  # fmt: skip
+        finally:
+            down.start()
+            connections["jobs3"].close()  # this thread's session there ended with the server
+        wait_until(lambda: Execution.objects.filter(job_id=stuck).exists(), timeout=60,
+                   message="the job of the database that came back ran")  # fmt: skip
+    finally:
+        group.stop()
+        thread.join(60)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_jobq_worker_serves_every_database_from_one_process(placed):
+    ids = [
+        Job.objects.enqueue("test.record", queue=q)
+        for q in ("default", "reports", "archive")
+        for _ in range(5)
+    ]
+    env = {
+        "JOBQ_TEST_SHARDS": json.dumps({a: [n, placed[a].port] for a, n in SHARDS.items()}),
+        "JOBQ_QUEUES": json.dumps(QUEUES),
+    }
+    worker = start_worker("--queues", "*:2", "--burst", env=env)
+    assert worker.wait(120) == 0
+    assert sorted(Execution.objects.values_list("job_id", flat=True)) == sorted(ids)
+    assert all(job.status == JobStatus.DONE for alias in ("default", *SHARDS) for job in on(alias))
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_jobq_reap_returns_expired_leases_on_every_database(placed):
+    expired = {}
+    for alias, queue in (("jobs2", "reports"), ("jobs3", "archive")):
+        job_id = Job.objects.enqueue("test.noop", queue=queue)
+        with on_database(alias):
+            assert Job.objects.claim("gone", queues=[queue], lease_seconds=30)
+        Job.objects.using(alias).filter(id=job_id).update(lease_until="2000-01-01T00:00:00Z")
+        expired[alias] = job_id
+    call_command("jobq_reap", once=True, stdout=io.StringIO())
+    for alias, job_id in expired.items():
+        assert Job.objects.using(alias).get(id=job_id).status == JobStatus.PENDING, alias
+
+
+# -- configuration ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("jobq", "message"),
+    [
+        ({"SHARDS": {"nowhere": 1}}, "not an alias of settings.DATABASES"),
+        ({"SHARDS": {"default": 1}}, r'JOBQ\["DATABASE"\] is shard 0'),
+        ({"SHARDS": {"jobs2": 0}}, r"must be an integer in \[1, 1023\]"),
+        ({"SHARDS": {"jobs2": 1024}}, r"must be an integer in \[1, 1023\]"),
+        ({"SHARDS": {"jobs2": True}}, r"must be an integer in \[1, 1023\]"),
+        ({"SHARDS": {"jobs2": 1, "jobs3": 1}}, "shard number 1 is also 'jobs2'"),
+        ({"SHARDS": ["jobs2"]}, "must be a dict"),
+        (
+            {"SHARDS": {"jobs2": 1}, "QUEUES": {"r": {"DATABASE": "jobs3"}}},
+            'must be JOBQ\\["DATABASE"\\] or an alias',
+        ),
+        (
+            {"QUEUES": {"r": {"DATABASE": "x'; DROP TABLE jobq_job; --"}}},
+            'must be JOBQ\\["DATABASE"\\] or an alias',
+        ),
+        ({"QUEUES": {"r": {"DATABASE": ""}}}, "must be a database alias"),
+        ({"SHARDS": {"jobs2": 1}, "POOL_MODE": "transaction", "LISTEN_DATABASE": "default"}, "POOL_MODE"),
+    ],
+)
+def test_bad_shard_settings_are_refused(shard_servers, jobq, message):
+    from django_jobq.conf import JobqSettings
+
+    with pytest.raises(ConfigurationError, match=message):
+        JobqSettings.from_dict(jobq)
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_checks_name_a_shard_that_is_not_migrated_or_not_in_its_range(placed):
+    assert not [m for m in checks.run_checks(databases=list(SHARDS)) if m.id in ("jobq.E014", "jobq.E015")]
+    with connections["jobs3"].cursor() as cursor:
+        cursor.execute("ALTER SEQUENCE jobq_job_id_seq MINVALUE 1 RESTART WITH 5")
+    try:
+        found = [m for m in checks.run_checks(databases=list(SHARDS)) if m.id == "jobq.E015"]
+        assert len(found) == 1 and "shard 'jobs3'" in found[0].msg
+        call_command("migrate", database="jobs3", verbosity=0)  # sets the range again
+        assert not [m for m in checks.run_checks(databases=list(SHARDS)) if m.id == "jobq.E015"]
+    finally:
+        call_command("migrate", database="jobs3", verbosity=0)
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_migrating_a_shard_that_holds_ids_of_another_range_is_refused(placed):
+    with connections["jobs3"].cursor() as cursor:
+        cursor.execute("ALTER SEQUENCE jobq_job_id_seq MINVALUE 1 RESTART WITH 5")
+    Job.objects.using("jobs3").create(task="test.noop", queue="archive", payload={})
+    with pytest.raises(JobqError, match="outside its shard's range"):
+        call_command("migrate", database="jobs3", verbosity=0)
+    with connections["jobs3"].cursor() as cursor:
+        cursor.execute("TRUNCATE jobq_job CASCADE")
+    call_command("migrate", database="jobs3", verbosity=0)
+    assert shards.database_of_job(Job.objects.enqueue("test.noop", queue="archive")) == "jobs3"
