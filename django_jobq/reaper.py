@@ -26,6 +26,7 @@ from django.db import connections
 from . import ratelimit
 from .conf import jobq_settings
 from .dedupe import MAX_MARK_BATCHES, prune_expired_marks
+from .managers.outbox import OUTBOX_GRACE_SECONDS, RELAY_BATCH
 from .models import Job
 from .status import JobStatus
 
@@ -93,6 +94,10 @@ class Reaper:
         if reaped:
             logger.warning("reaper: returned %d job(s) with expired leases: %s", len(reaped), reaped[:50])
         Job.objects.refresh_depths()
+        if conf.shards:  # what the enqueuing processes did not relay (django_jobq.managers.outbox)
+            relayed = Job.objects.relay_outbox(grace=OUTBOX_GRACE_SECONDS)
+            while relayed == RELAY_BATCH:
+                relayed = Job.objects.relay_outbox(grace=OUTBOX_GRACE_SECONDS)
         batch = conf.prune_batch
         pruned = {
             status: self._prune(status, retention, batch)

@@ -99,6 +99,23 @@ def on_shard(alias: str, *, writes_jobs: bool = False) -> Iterator[None]:
             yield
 
 
+def outbox_source(alias: str) -> str | None:
+    """The jobq database whose open transaction an enqueue to ``alias`` joins through its outbox
+    (django_jobq.managers.outbox): None when no transaction is open on another database, or one is
+    open on ``alias`` itself (the job joins that one). ForeignTransaction when the transaction is on
+    a database that holds no outbox (not JOBQ["DATABASE"] nor a shard), or on several."""
+    if _IDEMPOTENT.get() or connections[alias].in_atomic_block:
+        return None
+    open_on = [
+        c.alias for c in connections.all(initialized_only=True) if c.alias != alias and c.in_atomic_block
+    ]
+    if len(open_on) == 1 and open_on[0] in every_database():
+        return open_on[0]
+    if open_on:
+        refuse_foreign_transaction(alias)
+    return None
+
+
 def refuse_foreign_transaction(alias: str) -> None:
     """ForeignTransaction when a transaction is open on another database than ``alias`` and none on
     ``alias``: jobs written on ``alias`` would commit on their own, whatever the caller's

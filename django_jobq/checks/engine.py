@@ -24,6 +24,8 @@ def engine_problems(*, tasks: bool = True) -> list[str]:
     for queue, options in sorted(conf.queues.items()):
         if options.rate_limit is not None:
             need("rate_limits", f'JOBQ["QUEUES"][{queue!r}]["RATE_LIMIT"]')
+    if conf.shards:
+        need("shards", 'JOBQ["SHARDS"]')
     for queue in sorted(conf.fair_queues()):
         need("fair_queues", f'JOBQ["QUEUES"][{queue!r}]["FAIR"]')
     for queue in sorted(conf.depth_limits()):

@@ -228,7 +228,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
     return Snapshot(
         now=now,
         queues=queues,
-        total=_total(queues),
+        total=total(queues),
         done_estimated=done_estimated,
         throughput=throughput,
         workers=workers,
@@ -345,7 +345,8 @@ def _seconds(delta: dt.timedelta) -> float:
     return max(0.0, delta.total_seconds())
 
 
-def _total(queues: Sequence[QueueFigures]) -> QueueFigures:
+def total(queues: Sequence[QueueFigures]) -> QueueFigures:
+    """The sums over ``queues`` (queue ""): the largest lag, no limits."""
     sums: dict[str, Any] = {}
     for field in dataclasses.fields(QueueFigures):
         name = field.name

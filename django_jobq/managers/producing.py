@@ -13,8 +13,8 @@ from .. import fairness, tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
-from ..shards import database_of_queue, on_shard
-from .base import BaseJobManager
+from ..shards import database_of_queue, on_shard, outbox_source
+from .outbox import OutboxManager
 
 
 class NewJob(NamedTuple):
@@ -48,7 +48,7 @@ DEBOUNCE_TRIES = 3  # a holder claimed after the statement's snapshot is freed o
 ENQUEUE_OR_GET_TRIES = 10  # a holder committed after the statement's snapshot is seen on the next try
 
 
-class ProducerManager(BaseJobManager):
+class ProducerManager(OutboxManager):
     @staticmethod
     def _payload(task: str, payload: Any) -> str:
         """The payload's JSON text, once it is checked to fit the registered task's signature."""
@@ -191,7 +191,11 @@ class ProducerManager(BaseJobManager):
         same statement), or None as enqueue() does."""
         params = self._enqueue_params(task, payload, **options)
         mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
-        with on_shard(database_of_queue(params["queue"]), writes_jobs=True):
+        database = database_of_queue(params["queue"])
+        if jobq_settings().shards and (source := outbox_source(database)) is not None:
+            params["max_depth"] = jobq_settings().depth_limits().get(params["queue"])
+            return Enqueued(*self._through_outbox(source, params, mode))
+        with on_shard(database, writes_jobs=True):
             return self._enqueue_row(params, mode)
 
     def _enqueue_row(self, params: dict[str, Any], mode: str) -> Enqueued | None:

@@ -3,6 +3,7 @@
 from ..status import JobStatus as JobStatus  # django_jobq.models.JobStatus, as documented
 from .bulk import BulkAction
 from .jobs import ContainmentIndex, DeadJob, Job
+from .outbox import OutboxEntry
 from .schedules import Schedule, ScheduleSource, ScheduleTick
 from .workers import CapSeat, InboundMark, MaintenanceLease, QueueState, RateBucket, RateWindow, WorkerRecord
 from .workflows import Dependency, Workflow
@@ -17,6 +18,7 @@ __all__ = [
     "Job",
     "JobStatus",
     "MaintenanceLease",
+    "OutboxEntry",
     "QueueState",
     "RateBucket",
     "RateWindow",

@@ -29,6 +29,7 @@ from .postgres import enqueue as pg_enqueue
 from .postgres import fairness as pg_fairness
 from .postgres import inbound as pg_inbound
 from .postgres import jobs as pg_jobs
+from .postgres import outbox as pg_outbox
 from .postgres import queues as pg_queues
 from .postgres import retention as pg_retention
 from .postgres import returns as pg_returns
@@ -44,6 +45,7 @@ from .sqlite import enqueue as lite_enqueue
 from .sqlite import fairness as lite_fairness
 from .sqlite import inbound as lite_inbound
 from .sqlite import jobs as lite_jobs
+from .sqlite import outbox as lite_outbox
 from .sqlite import queues as lite_queues
 from .sqlite import schedules as lite_schedules
 from .sqlite import seats as lite_seats
@@ -82,6 +84,7 @@ POSTGRES = _statements(
     pg_batches,
     pg_fairness,
     pg_seats,
+    pg_outbox,
 )
 SQLITE_STATEMENTS = _statements(
     lite_jobs,
@@ -95,6 +98,7 @@ SQLITE_STATEMENTS = _statements(
     lite_batches,
     lite_fairness,
     lite_seats,
+    lite_outbox,
 )
 
 if _odd := set(vars(POSTGRES)) ^ set(vars(SQLITE_STATEMENTS)):

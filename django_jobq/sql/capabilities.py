@@ -23,6 +23,7 @@ class Capabilities:
     wait_for: bool  # Job.objects.wait_for() / single-flight
     scheduler: bool  # JOBQ["SCHEDULES"], jobq_scheduler
     fair_queues: bool  # JOBQ["QUEUES"][q]["FAIR"]
+    shards: bool  # JOBQ["SHARDS"]: queues on other databases, and the outbox that relays to them
 
     def require(self, feature: str, what: str) -> None:
         """ConfigurationError unless this engine has ``feature``; ``what`` names the call refused."""
@@ -38,10 +39,10 @@ class Capabilities:
 
 POSTGRESQL = Capabilities(
     engine="postgresql", listen_notify=True, many_hosts=True, queue_caps=True, max_depth=True,
-    task_caps=True, rate_limits=True, wait_for=True, scheduler=True, fair_queues=True,
+    task_caps=True, rate_limits=True, wait_for=True, scheduler=True, fair_queues=True, shards=True,
 )  # fmt: skip
 
 SQLITE = Capabilities(
     engine="sqlite", listen_notify=False, many_hosts=False, queue_caps=False, max_depth=False,
-    task_caps=False, rate_limits=False, wait_for=False, scheduler=True, fair_queues=True,
+    task_caps=False, rate_limits=False, wait_for=False, scheduler=True, fair_queues=True, shards=False,
 )  # fmt: skip

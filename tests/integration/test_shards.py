@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from django.conf import settings as django_settings
 from django.core import checks
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connections, transaction
 from django.test import override_settings
 
@@ -28,8 +28,10 @@ from django_jobq.exceptions import (
     SpansDatabases,
     UnknownShard,
 )
+from django_jobq.managers.outbox import OutboxManager
+from django_jobq.managers.outbox import _relay_params as relay_params
 from django_jobq.managers.producing import NewJob
-from django_jobq.models import Job, JobStatus
+from django_jobq.models import Job, JobStatus, OutboxEntry
 from django_jobq.worker import Worker
 from django_jobq.worker.group import WorkerGroup
 from django_jobq.worker.lanes import lanes_by_database
@@ -136,25 +138,99 @@ def test_an_id_of_a_shard_that_is_not_configured_is_refused(placed):
 # -- what one enqueue may write ---------------------------------------------------------------------
 
 
+def outbox(alias: str = "default") -> list[tuple[int, str]]:
+    return list(OutboxEntry.objects.using(alias).order_by("id").values_list("job_id", "database"))
+
+
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
-def test_an_enqueue_that_could_not_commit_with_the_callers_transaction_is_refused(placed):
-    with pytest.raises(ForeignTransaction), transaction.atomic():
-        Job.objects.enqueue("test.noop", queue="reports")
-    with pytest.raises(ForeignTransaction), transaction.atomic():
-        Job.objects.enqueue_many([NewJob("test.noop", queue="reports")])
-    assert on("jobs2") == []
-    # inside a transaction on the queue's own database it commits, or rolls back, with it
+def test_an_enqueue_inside_another_databases_transaction_commits_or_rolls_back_with_it(placed):
+    with transaction.atomic():  # the application's transaction, on default
+        job_id = Job.objects.enqueue("test.noop", {"n": 1}, queue="reports", priority=3)
+        assert shards.database_of_job(job_id) == "jobs2"
+        assert on("jobs2") == [] and outbox() == [(job_id, "jobs2")]  # waits in the outbox
+    job = Job.objects.using("jobs2").get(id=job_id)  # relayed once the transaction committed
+    assert (job.task, job.payload, job.priority, job.status) == ("test.noop", {"n": 1}, 3, JobStatus.PENDING)
+    assert outbox() == []
+    with pytest.raises(RuntimeError), transaction.atomic():
+        gone = Job.objects.enqueue("test.noop", queue="reports")
+        raise RuntimeError("rolled back")
+    assert not Job.objects.using("jobs2").filter(id=gone).exists() and outbox() == []
+    # inside a transaction on the queue's own database it commits, or rolls back, with that one
     with pytest.raises(RuntimeError), transaction.atomic(using="jobs2"):
         Job.objects.enqueue("test.noop", queue="reports")
         raise RuntimeError("rolled back")
-    assert on("jobs2") == []
-    with transaction.atomic(using="jobs2"):
-        kept = Job.objects.enqueue("test.noop", queue="reports")
-    assert [job.id for job in on("jobs2")] == [kept]
+    assert [job.id for job in on("jobs2")] == [job_id]
     # a queue of the home database is as before: inside the caller's transaction
     with transaction.atomic():
         Job.objects.enqueue("test.noop")
     assert len(on("default")) == 1
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_what_the_outbox_cannot_carry_is_refused_before_anything_is_written(placed, settings):
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {**QUEUES, "capped": {"DATABASE": "jobs2", "MAX_DEPTH": 5}}}
+    refused = [
+        lambda: Job.objects.enqueue("test.noop", queue="reports", dedupe_key="k"),  # decided at once
+        lambda: Job.objects.enqueue_or_get("test.noop", queue="reports", dedupe_key="k"),
+        lambda: Job.objects.enqueue("test.noop", queue="capped"),  # MAX_DEPTH: decided at once
+        lambda: Job.objects.enqueue_many([NewJob("test.noop", queue="reports")]),
+    ]
+    for call in refused:
+        with pytest.raises(ForeignTransaction), transaction.atomic():
+            call()
+    with pytest.raises(ForeignTransaction), transaction.atomic(), transaction.atomic(using="jobs3"):
+        Job.objects.enqueue("test.noop", queue="reports")  # open on two other databases
+    assert on("jobs2") == [] and outbox() == [] and outbox("jobs3") == []
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_outbox_relays_each_job_once_however_often_it_is_relayed(placed, monkeypatch):
+    # the enqueuing process dies right after its commit: nothing relays its entries but the backstop
+    monkeypatch.setattr(OutboxManager, "_relay_committed", lambda *args: None)
+    with transaction.atomic():
+        ids = [Job.objects.enqueue("test.noop", {"i": i}, queue="reports") for i in range(200)]
+    entries = list(OutboxEntry.objects.order_by("id"))
+    assert len(entries) == 200 and on("jobs2") == []
+    # a relay that wrote the first 50 jobs, then died before deleting their entries
+    with on_database("jobs2"):
+        rows = [(e.id, e.job_id, e.database, e.job, e.created_at) for e in entries[:50]]
+        Job.objects._execute(Job.objects._sql().RELAY_JOBS, Job.objects._notify_params(relay_params(rows)))
+    assert len(on("jobs2")) == 50
+
+    def relay() -> None:
+        try:
+            for _ in range(5):
+                Job.objects.relay_outbox(grace=0)
+        finally:
+            connections.close_all()
+
+    relays = [threading.Thread(target=relay) for _ in range(2)]  # two backstops at once
+    for thread in relays:
+        thread.start()
+    for thread in relays:
+        thread.join(60)
+    assert outbox() == []
+    assert sorted(Job.objects.using("jobs2").values_list("id", flat=True)) == sorted(ids)
+    assert sorted(job.payload["i"] for job in on("jobs2")) == list(range(200))
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_reaper_relays_what_a_process_left_and_a_worker_runs_it(placed, monkeypatch):
+    from django_jobq import reaper
+
+    monkeypatch.setattr(OutboxManager, "_relay_committed", lambda *args: None)
+    monkeypatch.setattr(reaper, "OUTBOX_GRACE_SECONDS", 0)
+    with transaction.atomic():
+        job_id = Job.objects.enqueue("test.record", queue="reports")
+    assert outbox() == [(job_id, "jobs2")]
+    shown = io.StringIO()
+    call_command("jobq_stats", stdout=shown)  # a job waiting in the outbox is visible
+    assert "outbox: 1 job(s) not relayed yet" in shown.getvalue()
+    call_command("jobq_reap", once=True, stdout=io.StringIO())
+    assert outbox() == [] and [job.id for job in on("jobs2")] == [job_id]
+    _, thread = run_group({"reports": 1}, burst=True, poll_interval=0.2)
+    thread.join(60)
+    assert list(Execution.objects.values_list("job_id", flat=True)) == [job_id]
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
@@ -342,3 +418,40 @@ def test_migrating_a_shard_that_holds_ids_of_another_range_is_refused(placed):
         cursor.execute("TRUNCATE jobq_job CASCADE")
     call_command("migrate", database="jobs3", verbosity=0)
     assert shards.database_of_job(Job.objects.enqueue("test.noop", queue="archive")) == "jobs3"
+
+
+# -- operators --------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_jobq_stats_shows_each_database_and_their_totals_and_a_down_one_as_such(placed):
+    for queue, n in (("default", 1), ("reports", 2), ("archive", 3)):
+        for _ in range(n):
+            Job.objects.enqueue("test.noop", queue=queue)
+    out = io.StringIO()
+    call_command("jobq_stats", stdout=out)
+    text = out.getvalue()
+    for alias, number in (("default", 0), *SHARDS.items()):
+        assert f"== database {alias!r} (shard {number})" in text
+    assert "== all 3 of 3 databases: 6 pending (6 due), 0 running" in text
+    report = io.StringIO()
+    call_command("jobq_stats", "--json", stdout=report)
+    figures = json.loads(report.getvalue())
+    assert {a: figures["databases"][a]["total"]["pending"] for a in ALIASES} == {
+        "default": 1,
+        "jobs2": 2,
+        "jobs3": 3,
+    }
+    assert figures["total"]["pending"] == 6 and figures["unreadable"] == {}
+    assert figures["outbox"]["default"] == {"jobs": 0, "oldest_seconds": None}
+    placed["jobs3"].stop("fast")
+    try:
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.raises(CommandError) as raised:
+            call_command("jobq_stats", stdout=out, stderr=err)
+        assert raised.value.returncode == 3
+        assert "== all 2 of 3 databases: 3 pending" in out.getvalue()
+        assert "cannot read its figures" in out.getvalue() and "database 'jobs3'" in err.getvalue()
+    finally:
+        placed["jobs3"].start()
+        connections["jobs3"].close()

@@ -7,15 +7,18 @@ be read (database error).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from django_jobq import dashboard
+from django_jobq.conf import jobq_settings, on_database
+from django_jobq.shards import every_database, shard_number
 
 EXIT_CROSSED, EXIT_UNREADABLE = 1, 3
 
@@ -91,6 +94,8 @@ class Command(BaseCommand):
             raise CommandError("a threshold is crossed", returncode=status)
 
     def _report(self, options: dict[str, Any], thresholds: dict[str, Any]) -> int:
+        if jobq_settings().shards:
+            return self._report_shards(options, thresholds)
         try:
             snap = dashboard.snapshot(exact=options["exact"], upkeep=True)
         except DatabaseError as exc:
@@ -106,3 +111,64 @@ class Command(BaseCommand):
                 self.stderr.write(f"threshold crossed: {problem}")
         self.stdout.flush()
         return EXIT_CROSSED if problems else 0
+
+    def _report_shards(self, options: dict[str, Any], thresholds: dict[str, Any]) -> int:
+        """Each database's figures (django_jobq.shards), then their totals; one that cannot be read is
+        reported as such and the others still are (exit status 3 then)."""
+        snaps: dict[str, dashboard.Snapshot] = {}
+        waiting: dict[str, dict[str, Any]] = {}  # the outbox of each database (managers/outbox.py)
+        failed: dict[str, str] = {}
+        problems: list[str] = []
+        for alias in every_database():
+            try:
+                with on_database(alias):
+                    snaps[alias] = dashboard.snapshot(exact=options["exact"], upkeep=True)
+                waiting[alias] = _outbox(alias, snaps[alias].now)
+            except DatabaseError as exc:
+                failed[alias] = str(exc).strip() or type(exc).__name__
+                connections[alias].close()
+                continue
+            problems += [f"database {alias!r}: {p}" for p in dashboard.check(snaps[alias], **thresholds)]
+        total = dashboard.total([snap.total for snap in snaps.values()])
+        if options["json"]:
+            self.stdout.write(json.dumps({
+                "databases": {alias: snap.as_dict() for alias, snap in snaps.items()},
+                "outbox": waiting,
+                "unreadable": failed,
+                "total": dataclasses.asdict(total),
+                "problems": problems,
+            }))  # fmt: skip
+        else:
+            if options["watch"] is not None and sys.stdout.isatty():
+                self.stdout.write("\x1b[H\x1b[2J", ending="")
+            for alias in every_database():
+                self.stdout.write(f"== database {alias!r} (shard {shard_number(alias)})")
+                if alias in failed:
+                    self.stdout.write(f"cannot read its figures: {failed[alias]}\n")
+                else:
+                    self.stdout.write(dashboard.format_table(snaps[alias]))
+                    if jobs := waiting[alias]["jobs"]:
+                        oldest = dashboard.format_seconds(waiting[alias]["oldest_seconds"])
+                        self.stdout.write(f"outbox: {jobs} job(s) not relayed yet, the oldest for {oldest}\n")
+            self.stdout.write(
+                f"== all {len(snaps)} of {len(snaps) + len(failed)} databases: {total.pending} pending "
+                f"({total.due} due), {total.running} running, {total.waiting} waiting, {total.dead} dead"
+                + ("" if total.done is None else f", {total.done} done")
+            )
+            for problem in problems:
+                self.stderr.write(f"threshold crossed: {problem}")
+            for alias, error in failed.items():
+                self.stderr.write(f"database {alias!r}: cannot read the queue's figures: {error}")
+        self.stdout.flush()
+        return EXIT_UNREADABLE if failed else EXIT_CROSSED if problems else 0
+
+
+def _outbox(alias: str, now: Any) -> dict[str, Any]:
+    """The jobs waiting in ``alias``'s outbox for their queue's database, and the oldest's age."""
+    from django.db.models import Count, Min
+
+    from django_jobq.models import OutboxEntry
+
+    found = OutboxEntry.objects.using(alias).aggregate(jobs=Count("id"), oldest=Min("created_at"))
+    age = None if found["oldest"] is None else max(0.0, (now - found["oldest"]).total_seconds())
+    return {"jobs": found["jobs"], "oldest_seconds": age}

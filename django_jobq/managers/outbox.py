@@ -1,0 +1,118 @@
+"""The outbox: an enqueue for a queue on another database (JOBQ["SHARDS"]) made inside a transaction
+on a jobq database (the caller's: the order on "default", its job on "jobs2") commits with that
+transaction, or not at all.
+
+The job's id is reserved on its queue's database at once (a sequence value: a rolled-back caller
+leaves a gap), and the job is written to ``jobq_outbox`` on the caller's database, in the caller's
+transaction. Once that commits, the same process relays it (``transaction.on_commit``): the job is
+inserted on its database under its reserved id, then the entry is deleted. The reaper of the
+outbox's database relays what a process did not (it died, the queue's database was down) once it is
+OUTBOX_GRACE_SECONDS old. Exactly once: entries are locked SKIP LOCKED by the relay that takes them,
+and a job already written under its id (a relay that died between the two commits) is left alone
+(``ON CONFLICT (id) DO NOTHING``), so relaying twice writes it once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections import defaultdict
+from typing import Any
+
+from django.db import DatabaseError, connections, transaction
+from django.utils import timezone
+
+from ..conf import on_database
+from ..exceptions import ForeignTransaction
+from ..shards import database_of_queue, on_shard, working_database
+from .base import BaseJobManager
+
+logger = logging.getLogger("django_jobq")
+
+OUTBOX_GRACE_SECONDS = 2.0  # the reaper relays entries older than this (their process relays at once)
+RELAY_BATCH = 500  # entries one relay statement takes, at most
+# a job's columns in its entry -> the name of RELAY_JOBS's array of them
+_ARRAYS = {
+    "task": "tasks", "queue": "queues", "payload": "payloads", "priority": "priorities", "run_at": "run_ats",
+    "max_attempts": "max_attempts", "concurrency_key": "concurrency_keys", "tags": "tags",
+    "trace_context": "trace_contexts", "fairness_key": "fairness_keys",
+}  # fmt: skip
+
+
+class OutboxManager(BaseJobManager):
+    def _through_outbox(self, source: str, params: dict[str, Any], mode: str) -> tuple[int, dt.datetime]:
+        """Write the job of ``params`` to the outbox of ``source`` (the caller's transaction there);
+        (its reserved id, the enqueue's time). ForeignTransaction for what the outbox cannot carry:
+        a job whose enqueue decides against other jobs at once (a dedupe key, a queue's MAX_DEPTH)."""
+        target = database_of_queue(params["queue"])
+        if params["dedupe_key"] is not None or params.get("max_depth") is not None:
+            raise ForeignTransaction(
+                f"queue {params['queue']!r} is on database {target!r}, and this enqueue runs inside a "
+                f"transaction on {source!r}: a job with a dedupe key, or of a queue with a MAX_DEPTH, "
+                "is decided on its database at once, which the outbox cannot do. Enqueue it after the "
+                f"commit, or inside a transaction on {target!r} (docs/operations/shards.md)"
+            )
+        now = timezone.now()
+        run_at = params["run_at"]
+        if params["delay"]:
+            run_at = (run_at or now) + dt.timedelta(seconds=params["delay"])
+        job = {name: params[name] for name in _ARRAYS}
+        job["run_at"] = None if run_at is None else run_at.isoformat()
+        with on_shard(target):
+            job_id = int(self._execute(self._sql().RESERVE_IDS, {"count": 1})[0][0][0])
+        with on_shard(source):
+            written = {"job_ids": [job_id], "databases": [target], "jobs": [json.dumps(job)]}
+            entry = int(self._execute(self._sql().OUTBOX_WRITE, written)[0][0])
+        transaction.on_commit(lambda: self._relay_committed(source, entry), using=source, robust=True)
+        return job_id, now
+
+    def _relay_committed(self, source: str, entry: int) -> None:
+        """After the caller's commit: relay its entry now (else the reaper does)."""
+        try:
+            with on_database(source):
+                self.relay_outbox([entry])
+        except DatabaseError as exc:
+            logger.warning(
+                "outbox entry %s on %s: not relayed yet (%s); the reaper relays it", entry, source, exc
+            )
+
+    def relay_outbox(self, ids: list[int] | None = None, *, grace: float | None = None) -> int:
+        """Relay entries of the outbox of the database this context works on: those of ``ids``, and
+        with ``grace`` those older than ``grace`` seconds, at most RELAY_BATCH; the number relayed.
+        An entry whose database cannot be written stays for the next relay."""
+        source = working_database()
+        relayed = 0
+        with transaction.atomic(using=source):
+            params = {"ids": ids or [], "grace": grace, "limit": RELAY_BATCH}
+            taken = self._execute(self._sql().OUTBOX_TAKE, params)
+            by_target: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+            for row in taken:  # (id, job_id, database, job, created_at)
+                by_target[row[2]].append(row)
+            done: list[int] = []
+            for target, rows in by_target.items():
+                try:
+                    with on_shard(target):
+                        self._execute(self._sql().RELAY_JOBS, self._notify_params(_relay_params(rows)))
+                except (DatabaseError, KeyError) as exc:  # KeyError: an alias no longer configured
+                    if target in connections.settings:
+                        connections[target].close()
+                    logger.warning(
+                        "outbox of %s: %d job(s) for %s not relayed yet (%s)", source, len(rows), target, exc
+                    )
+                    continue
+                done += [row[0] for row in rows]
+                relayed += len(rows)
+            if done:
+                self._execute(self._sql().OUTBOX_DONE, {"ids": done})
+        return relayed
+
+
+def _relay_params(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """RELAY_JOBS's arrays from outbox rows (id, job_id, database, job, created_at)."""
+    jobs = [row[3] if isinstance(row[3], dict) else json.loads(row[3]) for row in rows]
+    params: dict[str, Any] = {array: [job.get(name) for job in jobs] for name, array in _ARRAYS.items()}
+    params["run_ats"] = [None if at is None else dt.datetime.fromisoformat(at) for at in params["run_ats"]]
+    params["ids"] = [int(row[1]) for row in rows]
+    params["created_ats"] = [row[4] for row in rows]
+    return params

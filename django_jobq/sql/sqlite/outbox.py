@@ -1,0 +1,9 @@
+"""The outbox needs shards (JOBQ["SHARDS"]), which are PostgreSQL only."""
+
+from ..engine import Unsupported
+
+_SHARDS = ("shards", 'JOBQ["SHARDS"]')
+OUTBOX_WRITE = Unsupported(*_SHARDS)
+OUTBOX_TAKE = Unsupported(*_SHARDS)
+OUTBOX_DONE = Unsupported(*_SHARDS)
+RELAY_JOBS = Unsupported(*_SHARDS)
