@@ -267,6 +267,11 @@ class JobqSettings:
             if number in numbers:
                 raise ConfigurationError(f"{where}: shard number {number} is also {numbers[number]!r}'s")
             numbers[number] = alias
+        bulk = self.queues.get(self.bulk_queue)
+        if bulk is not None and bulk.database not in (None, self.database):
+            raise ConfigurationError(
+                'JOBQ["BULK_QUEUE"] must be a queue of JOBQ["DATABASE"] (the console\'s own)'
+            )
         if self.shards and self.pool_mode == "transaction":
             raise ConfigurationError(
                 'JOBQ["SHARDS"] needs JOBQ["POOL_MODE"] = "session" (direct connections)'
@@ -409,6 +414,15 @@ def carrying_database(function: Callable[..., T]) -> Callable[..., T]:
             _ALIAS.reset(token)
 
     return run
+
+
+def home_context() -> contextvars.Context:
+    """A copy of the current context on the home database: where a task's own code runs (its
+    enqueues, rate limits and inbound marks find their databases themselves; its ORM calls go where
+    the routers say, as anywhere in the application)."""
+    context = contextvars.copy_context()
+    context.run(_ALIAS.set, None)
+    return context
 
 
 @contextlib.contextmanager

@@ -113,10 +113,10 @@ class JobContext:
         """What this job waited for (django_jobq.workflows): one entry per dependency, in id order,
         with its state, its result (DONE) or its last error (DEAD, CANCELLED). Empty for a job
         without dependencies. In a chain, the one entry is the previous step."""
-        from .conf import jobq_settings
         from .models import Dependency, Job
+        from .shards import database_of_job
 
-        database = jobq_settings().database  # never a replica's (a router's) older rows
+        database = database_of_job(self.job_id)  # its own database, never a replica's older rows
         edges = Dependency.objects.using(database).filter(dependent_id=self.job_id)
         ids = edges.values_list("dependency_id", flat=True)
         rows = Job.objects.using(database).filter(id__in=list(ids)).order_by("id")
@@ -143,4 +143,9 @@ class JobContext:
         )
 
     def _write(self, op: Callable[[], bool]) -> bool:
-        return self.side_write(op) if self.side_write is not None else op()
+        if self.side_write is not None:  # the worker's side writer, on the job's database
+            return self.side_write(op)
+        from .shards import database_of_job, on_shard
+
+        with on_shard(database_of_job(self.job_id)):
+            return op()

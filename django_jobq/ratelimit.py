@@ -19,7 +19,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import autocommit, validation
-from .conf import jobq_settings
+from .conf import home_database, jobq_settings
 from .exceptions import ConfigurationError, InvalidJob, RateLimitUnavailable
 from .sql import engine_for
 from .sql.postgres import ratelimit as sql
@@ -89,7 +89,8 @@ class _Limiter:
         params["now"] = timezone.now() if jobq_settings().clock == "python" else None
         prepare = bool(jobq_settings().prepared_statements)
         try:
-            with autocommit.pool(self.using or jobq_settings().database).connection() as conn:
+            # on the home database whatever the context: one bucket for workers of every shard
+            with autocommit.pool(self.using or home_database()).connection() as conn:
                 row: tuple[Any, ...] | None = conn.execute(statement, params, prepare=prepare).fetchone()
         except psycopg.OperationalError as exc:
             if not self.fail_open:

@@ -11,9 +11,11 @@ Everything commits together or not at all: a crash mid-pass leaves neither a job
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from django.db import Error as DatabaseError
@@ -21,10 +23,11 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from . import cron, shards, ticks
-from .conf import jobq_settings, on_database
+from .conf import home_database, jobq_settings, on_database
 from .exceptions import ConfigurationError, JobqError
 from .managers.schedules import DueSchedule
 from .models import Job, Schedule
+from .registry import find_task
 from .sql import engine_for
 
 logger = logging.getLogger("django_jobq")
@@ -127,7 +130,7 @@ class Scheduler:
             # On a queue of another database (django_jobq.shards) the job commits before the tick: a
             # pass whose transaction then rolls back publishes the tick again, and its key (per tick)
             # makes that enqueue a no-op, so each tick still has exactly one job.
-            with shards.idempotent():
+            with shards.idempotent(), _its_database_fails(schedule):
                 job_id = Job.objects.enqueue(
                     schedule.task,
                     schedule.payload,
@@ -159,6 +162,22 @@ class Scheduler:
                 logger.warning("scheduler: database error (%s); retrying", exc)
                 connections[jobq_settings().database].close()
             stopping.wait(self.interval)
+
+
+@contextlib.contextmanager
+def _its_database_fails(schedule: DueSchedule) -> Iterator[None]:
+    """A DatabaseError of a schedule whose queue is on a shard as a JobqError: that schedule is left
+    due (its pass's savepoint on the home database is intact: the error was the shard's) and the
+    others publish; the shard's connection is closed, so the next pass connects again."""
+    try:
+        yield
+    except DatabaseError as exc:
+        queue = str(schedule.queue or getattr(find_task(schedule.task), "queue", None) or "default")
+        database = shards.database_of_queue(queue)
+        if database == home_database():
+            raise
+        connections[database].close()
+        raise JobqError(f"its queue's database {database!r} failed: {exc}") from exc
 
 
 def run_now(schedule: Schedule) -> int | None:

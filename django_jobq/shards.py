@@ -68,7 +68,7 @@ def database_of_queues(queues: Iterable[str]) -> str:
 def database_of_job(job_id: int) -> str:
     """The alias whose server holds job (or workflow) ``job_id``, read from the id's shard number."""
     number = int(job_id) >> ID_BITS
-    if number == 0:
+    if number == 0 or not jobq_settings().shards:  # unsharded: every id is the home database's
         return home_database()
     for alias, n in jobq_settings().shards.items():
         if n == number:
@@ -119,8 +119,9 @@ def outbox_source(alias: str) -> str | None:
 def refuse_foreign_transaction(alias: str) -> None:
     """ForeignTransaction when a transaction is open on another database than ``alias`` and none on
     ``alias``: jobs written on ``alias`` would commit on their own, whatever the caller's
-    transaction did (a job of a rolled-back order would run)."""
-    if connections[alias].in_atomic_block:
+    transaction did (a job of a rolled-back order would run). A queue of the home database is left as
+    it was before shards (docs/operations/separate-database.md: its job commits on its own)."""
+    if alias == home_database() or connections[alias].in_atomic_block:
         return
     for connection in connections.all(initialized_only=True):
         if connection.alias != alias and connection.in_atomic_block:

@@ -10,7 +10,10 @@ from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest_plugins = ["django_jobq.testing.plugin"]  # the jobq and jobq_eager fixtures, tested as users use them
+pytest_plugins = [
+    "django_jobq.testing.plugin",  # the jobq and jobq_eager fixtures, tested as users use them
+    "tests.servers.shards",  # shard_servers and placed: PostgreSQL servers of their own (django_jobq.shards)
+]
 
 
 def pytest_collection_modifyitems(config, items):

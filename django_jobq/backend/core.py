@@ -28,6 +28,7 @@ from ..exceptions import (
     JobqError,
     PayloadMismatch,
     PayloadTooLarge,
+    UnknownShard,
 )
 from ..registry import find_task
 from ..tasks import _signature
@@ -259,7 +260,10 @@ class JobqBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(f"no task result {result_id!r:.100}") from None
         if not 0 < job_id < 1 << 63:
             raise TaskResultDoesNotExist(f"no task result {result_id!r:.100}")
-        return Job.objects.cancel(job_id, by=f"backend {self.alias}")
+        try:
+            return Job.objects.cancel(job_id, by=f"backend {self.alias}")
+        except UnknownShard:
+            raise TaskResultDoesNotExist(f"no task result {result_id!r:.100} (no such shard)") from None
 
 
 def _check_arguments(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """Shard databases (django_jobq.shards): their id ranges, set when each is migrated, and the system
-checks jobq.E014 (a shard that is not PostgreSQL or not routed), jobq.E015 (one not migrated or
-whose ids are out of its range: run with ``check --database ALIAS`` and by ``migrate``)."""
+checks jobq.E014 (a shard that is not PostgreSQL or not routed) and jobq.W015 (one not migrated or
+whose ids are not bounded to its range: run with ``check --database ALIAS`` and by ``migrate``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -89,31 +89,35 @@ def check_shards(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     return errors
 
 
+def range_problem(alias: str) -> str | None:
+    """Why ``alias``'s id sequences are not bounded to its shard's range (it is not migrated, or was
+    migrated before JOBQ["SHARDS"] named it), or None."""
+    for table in ID_TABLES:
+        found = _range_of(connections[alias], table)
+        if found is None:
+            return f"shard {alias!r} has no {table} table (not migrated)"
+        if (found[1], found[2]) != (id_floor(alias), id_ceiling(alias)):
+            return (
+                f"shard {alias!r}: {table} ids run {found[1]}..{found[2]}, not its range "
+                f"{id_floor(alias)}..{id_ceiling(alias)}"
+            )
+    return None
+
+
 @register(Tags.database)
 def check_shard_ranges(
     app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """jobq.E015: a shard (of ``databases``) not migrated, or whose id sequences are not bounded to
-    its range (migrated before JOBQ["SHARDS"] named it: run ``migrate --database ALIAS`` again)."""
+    """jobq.W015: a database of ``databases`` whose id sequences are not bounded to its shard's range
+    (``migrate --database ALIAS`` bounds them). A warning, so that it never keeps migrate, which runs
+    the database checks first, from doing just that; a worker refuses such a database."""
     try:
         aliases = [a for a in _shard_aliases() if a in (databases or ()) and a in connections]
     except ConfigurationError:
         return []
-    errors: list[CheckMessage] = []
+    warnings: list[CheckMessage] = []
     for alias in aliases:
-        if connections[alias].vendor != "postgresql":
-            continue
-        for table in ID_TABLES:
-            found = _range_of(connections[alias], table)
-            if found is None:
-                problem = f"shard {alias!r} has no {table} table (not migrated)"
-            elif (found[1], found[2]) != (id_floor(alias), id_ceiling(alias)):
-                problem = (
-                    f"shard {alias!r}: {table} ids run {found[1]}..{found[2]}, not its range "
-                    f"{id_floor(alias)}..{id_ceiling(alias)}"
-                )
-            else:
-                continue
+        if connections[alias].vendor == "postgresql" and (problem := range_problem(alias)):
             hint = f"Run `manage.py migrate --database {alias}`. " + HINT
-            errors.append(Error(problem, hint=hint, id="jobq.E015"))
-    return errors
+            warnings.append(Warning(problem, hint=hint, id="jobq.W015"))
+    return warnings

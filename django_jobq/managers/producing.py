@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from django.utils import timezone
 
 from .. import fairness, tracing, validation
-from ..conf import jobq_settings
+from ..conf import home_database, jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
 from ..shards import database_of_queue, on_shard, outbox_source
@@ -71,6 +71,11 @@ class ProducerManager(OutboxManager):
                 capabilities.require(feature, f"task {task!r} ({what})")
         if queue is None:
             queue = registered.queue if registered else "default"
+        if registered is not None and registered.atomic and database_of_queue(queue) != home_database():
+            raise InvalidJob(  # its writes are on the application's database, its DONE on the queue's
+                f"task {task!r} is atomic: its jobs run in one transaction with their DONE write, "
+                f"which queue {queue!r} on another database than {home_database()!r} cannot give"
+            )
         if priority is None:
             priority = registered.priority if registered else 100
         if max_attempts is None:

@@ -12,6 +12,7 @@ from django.db import close_old_connections
 
 from .. import signals
 from ..batches import BatchJob
+from ..conf import home_context
 from ..context import CancelSignal
 from ..exceptions import BatchAnswerInvalid, BatchAnswerMissing, InvalidPayload, JobTimeout
 from ..managers import result_json
@@ -134,17 +135,21 @@ def _invoke(runner: SlotRunner, task: Task[Any, Any], jobs: list[BatchJob], firs
     its own, never set)."""
     chain = middleware.layers()
     context = jobs[0].context
-    if not task.is_async:
-        return (
-            middleware.run_sync(chain, first.job, context, lambda: task.func(jobs))
-            if chain
-            else task.func(jobs)
+    if not task.is_async:  # the task's own code runs on the home context (conf.home_context)
+        return home_context().run(
+            lambda: (
+                middleware.run_sync(chain, first.job, context, lambda: task.func(jobs))
+                if chain
+                else task.func(jobs)
+            )
         )
     main = (
         middleware.run_async(chain, first.job, context, lambda: task.func(jobs)) if chain else task.func(jobs)
     )
     try:
-        return runner.event_loop().run(_cancellable(main, first.timeout, CancelSignal()))
+        return runner.event_loop().run(
+            _cancellable(main, first.timeout, CancelSignal()), context=home_context()
+        )
     except TimeoutError:
         if first.timeout is None:
             raise

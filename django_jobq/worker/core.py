@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from .. import validation
 from ..checks.engine import engine_problems
+from ..checks.shards import range_problem
 from ..conf import carrying_database, jobq_settings
 from ..exceptions import ConfigurationError, InvalidJob
 from ..managers.seats import TASK_SEATS
@@ -77,6 +78,13 @@ class Worker(HeartbeatMixin, SlotMixin):
             raise ConfigurationError(str(exc)) from None
         if conf.shards:  # a named lane of another database's queue would never find its jobs
             check_lanes(lanes, conf.database)
+            try:
+                problem = range_problem(conf.database)  # its ids could be another shard's
+            except DatabaseError:  # down now: its outage is reported (and retried) once running
+                connections[conf.database].close()
+                problem = None
+            if problem:
+                raise ConfigurationError(problem)
         named = tuple(sorted(q for q in lanes if q != ALL_QUEUES))
         self.lanes = {
             name: Lane(name, slots, exclude=named if name == ALL_QUEUES else ())

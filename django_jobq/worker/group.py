@@ -3,7 +3,8 @@ threads of its own and bound to its database, in one process and under one worke
 
 Each database's Worker claims, renews, listens and recovers on its own: a database that goes away
 stops only its Worker's lanes (logged once, retried, as for a single database) while the others drain.
-A lane's concurrency is per database; ``max_jobs`` counts each database's jobs on its own.
+A lane's concurrency is per database; ``max_jobs`` counts each database's jobs on its own, and the
+first worker to reach it stops them all (the process is replaced: no database is left unserved).
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class WorkerGroup:
             except BaseException as exc:
                 errors.append(exc)
                 self.stop()
+                return
+            if worker.max_jobs is not None and worker.processed >= worker.max_jobs:
+                self.stop()  # the process is to be replaced: none of its databases is left unserved
 
         threads = []
         for alias, worker in self.workers.items():

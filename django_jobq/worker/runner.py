@@ -15,7 +15,7 @@ from django.db import Error as DatabaseError
 from django.db import close_old_connections, transaction
 
 from .. import signals
-from ..conf import jobq_settings
+from ..conf import home_context, jobq_settings
 from ..context import CancelSignal, JobContext
 from ..exceptions import JobTimeout
 from ..managers import result_json
@@ -221,13 +221,15 @@ class SlotRunner:
         context = self.context(job, fence, attempt, cancel) if task.takes_context or chain else None
         args: tuple[Any, ...] = (context,) if task.takes_context else ()
         task.check_call(job.payload, *args)
-        if not task.is_async:
+        if not task.is_async:  # the task's own code runs on the home context (conf.home_context)
             call = functools.partial(task.func, *args, **job.payload)
-            return middleware.run_sync(chain, job, context, call) if chain else call()
+            return home_context().run(
+                lambda: middleware.run_sync(chain, job, context, call) if chain else call()
+            )
         coroutine = functools.partial(task.func, *args, **job.payload)
         main = middleware.run_async(chain, job, context, coroutine) if chain else coroutine()
         try:
-            return self.event_loop().run(_cancellable(main, timeout, cancel))
+            return self.event_loop().run(_cancellable(main, timeout, cancel), context=home_context())
         except TimeoutError:
             if timeout is None:
                 raise

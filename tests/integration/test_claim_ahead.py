@@ -153,7 +153,7 @@ def test_sigterm_during_short_runs_gives_claimed_ahead_jobs_back_without_using_a
 @pytest.mark.serial  # kills a worker or cuts its link: never beside other database tests
 @pytest.mark.slow
 @pytest.mark.p0
-def test_sigkill_with_jobs_claimed_ahead_loses_none_and_runs_each_once():
+def test_sigkill_with_jobs_claimed_ahead_loses_none_and_runs_again_only_what_it_held():
     worker = _warm_one_slot_worker(FAST_LEASE)
     ids = Job.objects.enqueue_many(NewJob("test.record") for _ in range(3000))
     wait_until(lambda: Execution.objects.count() >= 100, message="a stream of short runs")
@@ -168,7 +168,10 @@ def test_sigkill_with_jobs_claimed_ahead_loses_none_and_runs_each_once():
     assert Job.objects.filter(id__in=ids, status=JobStatus.DONE).count() == 3000
     runs = Counter(Execution.objects.filter(job_id__in=ids).values_list("job_id", flat=True))
     twice = [job_id for job_id, n in runs.items() if n > 1]
-    assert len(twice) <= 1 and set(twice) <= held  # only the one in the slot when it died ran again
+    # Only jobs the killed worker held ran again: the one in its slot, and any that had finished but
+    # whose DONE its dispatcher had not written yet (a slot takes its next job at once, while the
+    # dispatcher writes in the background: docs/guide/worker.md), never a job already DONE.
+    assert set(twice) <= held
     assert set(runs) == set(ids)
 
 

@@ -7,23 +7,23 @@ is down."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import threading
-from collections.abc import Iterator
 
 import pytest
-from django.conf import settings as django_settings
+import time_machine
 from django.core import checks
 from django.core.management import CommandError, call_command
 from django.db import connections, transaction
-from django.test import override_settings
 
 from django_jobq import shards
 from django_jobq.conf import on_database
 from django_jobq.exceptions import (
     ConfigurationError,
     ForeignTransaction,
+    InvalidJob,
     JobqError,
     SpansDatabases,
     UnknownShard,
@@ -36,48 +36,12 @@ from django_jobq.worker import Worker
 from django_jobq.worker.group import WorkerGroup
 from django_jobq.worker.lanes import lanes_by_database
 from tests.conftest import start_worker, wait_until
-from tests.servers import shards as servers
+from tests.servers.shards import QUEUES, SHARDS
 from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.integration]
-SHARDS = {"jobs2": 1, "jobs3": 2}
-QUEUES = {"reports": {"DATABASE": "jobs2"}, "archive": {"DATABASE": "jobs3"}}
 ALIASES = ["default", *SHARDS]  # each test's databases: flushed after it
 FLOOR = {"default": 1, "jobs2": 1 << 48, "jobs3": 2 << 48}
-
-
-@pytest.fixture(scope="module")
-def shard_servers(django_db_setup, django_db_blocker) -> Iterator[dict[str, servers.ShardServer]]:
-    if why := servers.problem():
-        pytest.skip(why)
-    started = {alias: servers.ShardServer(alias) for alias in SHARDS}
-    sharded = override_settings(
-        JOBQ={**django_settings.JOBQ, "SHARDS": SHARDS}, DATABASE_ROUTERS=["django_jobq.routers.JobqRouter"]
-    )
-    try:
-        with django_db_blocker.unblock():
-            for server in started.values():
-                server.create()
-            sharded.enable()
-            for alias in started:
-                call_command("migrate", database=alias, verbosity=0)
-        yield started
-    finally:
-        sharded.disable()
-        for server in started.values():
-            server.remove()
-
-
-@pytest.fixture
-def placed(shard_servers, settings) -> Iterator[dict[str, servers.ShardServer]]:
-    """The shards, with queue "reports" on jobs2 and "archive" on jobs3."""
-    settings.JOBQ = {
-        **settings.JOBQ,
-        "SHARDS": SHARDS,
-        "QUEUES": {**settings.JOBQ.get("QUEUES", {}), **QUEUES},
-    }
-    settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
-    return shard_servers
 
 
 def on(alias: str) -> list[Job]:
@@ -394,17 +358,31 @@ def test_bad_shard_settings_are_refused(shard_servers, jobq, message):
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
-def test_the_checks_name_a_shard_that_is_not_migrated_or_not_in_its_range(placed):
-    assert not [m for m in checks.run_checks(databases=list(SHARDS)) if m.id in ("jobq.E014", "jobq.E015")]
+def test_a_shard_whose_ids_are_not_bounded_is_named_by_the_checks_and_refused_by_a_worker(placed):
+    def warned() -> list[str]:
+        return [
+            m.msg for m in checks.run_checks(databases=list(SHARDS)) if m.id in ("jobq.E014", "jobq.W015")
+        ]
+
+    assert warned() == []
     with connections["jobs3"].cursor() as cursor:
         cursor.execute("ALTER SEQUENCE jobq_job_id_seq MINVALUE 1 RESTART WITH 5")
     try:
-        found = [m for m in checks.run_checks(databases=list(SHARDS)) if m.id == "jobq.E015"]
-        assert len(found) == 1 and "shard 'jobs3'" in found[0].msg
-        call_command("migrate", database="jobs3", verbosity=0)  # sets the range again
-        assert not [m for m in checks.run_checks(databases=list(SHARDS)) if m.id == "jobq.E015"]
+        assert len(warned()) == 1 and "shard 'jobs3'" in warned()[0]
+        with on_database("jobs3"), pytest.raises(ConfigurationError, match="not its range"):
+            Worker({"archive": 1})
+        # migrate, with the system checks it runs first (as manage.py does), bounds it again
+        call_command("migrate", database="jobs3", verbosity=0, skip_checks=False)
+        assert warned() == []
     finally:
         call_command("migrate", database="jobs3", verbosity=0)
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_migrate_runs_with_its_checks_on_every_database_of_a_sharded_setup(placed):
+    for alias in ALIASES:
+        call_command("migrate", database=alias, verbosity=0, skip_checks=False)
+    assert shards.database_of_job(Job.objects.enqueue("test.noop", queue="reports")) == "jobs2"
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
@@ -455,3 +433,81 @@ def test_jobq_stats_shows_each_database_and_their_totals_and_a_down_one_as_such(
     finally:
         placed["jobs3"].start()
         connections["jobs3"].close()
+
+
+# -- review of the edges ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_placed_queues_schedule_publishes_each_tick_once_and_a_down_shard_holds_back_only_its_own(
+    placed, python_clock
+):
+    from django_jobq.models import Schedule
+    from django_jobq.scheduler import Scheduler
+
+    t0 = dt.datetime(2026, 4, 1, 9, 0, 30, tzinfo=dt.UTC)
+    with time_machine.travel(t0, tick=False) as clock:
+        for name, queue in (("home", None), ("placed", "reports")):
+            Schedule.objects.create(name=name, task="test.noop", cron="0 * * * *", queue=queue)
+        Scheduler().run_once()  # both start from their next tick
+        clock.move_to(dt.datetime(2026, 4, 1, 10, 0, 2, tzinfo=dt.UTC))
+        placed["jobs2"].stop("fast")
+        try:
+            result = Scheduler().run_once()
+        finally:
+            placed["jobs2"].start()
+        assert set(result.published) == {"home"} and set(result.failed) == {"placed"}
+        assert set(Scheduler().run_once().published) == {"placed"}  # the shard is back: published
+        # a pass that published the tick and then rolled back on the home database, replayed
+        Schedule.objects.filter(name="placed").update(
+            next_run_at=dt.datetime(2026, 4, 1, 10, 0, tzinfo=dt.UTC)
+        )
+        from django_jobq.models import ScheduleTick
+
+        ScheduleTick.objects.filter(schedule="placed").delete()
+        Scheduler().run_once()
+    assert [job.dedupe_key for job in on("jobs2")] == ["schedule:placed:2026-04-01T10:00:00Z"]
+    assert len(on("default")) == 1
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_home_queues_job_inside_a_shards_transaction_commits_with_it_through_that_outbox(placed):
+    with transaction.atomic(using="jobs3"):
+        job_id = Job.objects.enqueue("test.noop")  # the home database's queue
+        assert on("default") == [] and outbox("jobs3") == [(job_id, "default")]
+        with pytest.raises(ForeignTransaction):  # a keyed job is decided on its database at once
+            Job.objects.enqueue("test.noop", queue="reports", dedupe_key="k")
+    assert [job.id for job in on("default")] == [job_id] and outbox("jobs3") == []
+    assert job_id < 1 << 48
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_task_body_on_a_shard_runs_on_the_home_context(placed):
+    job_id = Job.objects.enqueue("test.where_am_i", queue="reports")
+    _, thread = run_group({"reports": 1}, burst=True, poll_interval=0.2)
+    thread.join(60)
+    # its rate limits, inbound marks and ORM calls are the application's, not the shard's
+    assert Job.objects.using("jobs2").get(id=job_id).result == {"database": None}
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_first_worker_to_reach_max_jobs_stops_the_group(placed):
+    for queue in ("default", "reports"):
+        for _ in range(3):
+            Job.objects.enqueue("test.noop", queue=queue)
+    group, thread = run_group({"*": 1}, max_jobs=2, poll_interval=0.2)
+    thread.join(60)
+    assert not thread.is_alive()  # not left serving one database while the other's budget is spent
+    assert group.processed >= 2
+
+
+def test_ids_past_the_home_range_are_the_home_databases_when_nothing_is_sharded(settings):
+    settings.JOBQ = {k: v for k, v in settings.JOBQ.items() if k != "SHARDS"}
+    assert shards.database_of_job(5 << 48) == "default"
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_an_atomic_task_is_refused_on_a_queue_of_another_database(placed):
+    with pytest.raises(InvalidJob, match="is atomic"):
+        Job.objects.enqueue("test.atomic_record", queue="reports")
+    assert on("jobs2") == []

@@ -11,12 +11,16 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connections
+from django.test import override_settings
 
 from .standby import free_port
 
@@ -101,3 +105,42 @@ class ShardServer:
         with contextlib.suppress(subprocess.CalledProcessError):  # stopped already
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+SHARDS = {"jobs2": 1, "jobs3": 2}  # the shard tests' databases beside the test database
+QUEUES = {"reports": {"DATABASE": "jobs2"}, "archive": {"DATABASE": "jobs3"}}
+
+
+@pytest.fixture(scope="module")
+def shard_servers(django_db_setup, django_db_blocker) -> Iterator[dict[str, ShardServer]]:
+    """A server of its own for each of SHARDS, migrated, for the tests of one module."""
+    if why := problem():
+        pytest.skip(why)
+    started = {alias: ShardServer(alias) for alias in SHARDS}
+    sharded = override_settings(
+        JOBQ={**settings.JOBQ, "SHARDS": SHARDS}, DATABASE_ROUTERS=["django_jobq.routers.JobqRouter"]
+    )
+    try:
+        with django_db_blocker.unblock():
+            for server in started.values():
+                server.create()
+            sharded.enable()
+            for alias in started:
+                call_command("migrate", database=alias, verbosity=0)
+        yield started
+    finally:
+        sharded.disable()
+        for server in started.values():
+            server.remove()
+
+
+@pytest.fixture
+def placed(shard_servers, settings) -> dict[str, ShardServer]:
+    """The shards, with queue "reports" on jobs2 and "archive" on jobs3."""
+    settings.JOBQ = {
+        **settings.JOBQ,
+        "SHARDS": SHARDS,
+        "QUEUES": {**settings.JOBQ.get("QUEUES", {}), **QUEUES},
+    }
+    settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
+    return shard_servers

@@ -391,3 +391,11 @@ def ledger_gone(pk: int):
 def dependency_summary(context, **kwargs):
     """What a workflow's job saw of what it waited for."""
     return [[r.job_id, r.status, r.result] for r in context.dependency_results()]
+
+
+@django_jobq.task(name="test.where_am_i")
+def where_am_i():
+    """The database jobq's calls in a task's own code go to (django_jobq.shards); None: the home one."""
+    from django_jobq.conf import current_database
+
+    return {"database": current_database()}
