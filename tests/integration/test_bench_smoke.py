@@ -193,3 +193,22 @@ def test_quick_run_of_the_cpu_bound_processes_workload(tmp_path):
     doc = json.loads(out.read_text())
     assert set(doc["runs"]) == {"1", "2"} and all(len(r) == 1 and r[0] > 0 for r in doc["runs"].values())
     assert doc["ratios"]["1"] == 1.0
+
+
+def test_the_shards_benchmark_runs_and_reports_every_figure(tmp_path):
+    env = child_env()
+    env.pop("DJANGO_SETTINGS_MODULE")  # bench.shards configures Django itself
+    out = tmp_path / "shards.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.shards", "--jobs", "120", "--enqueues", "10", "--runs", "1", "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert set(figures["drain_jobs_per_second"]) == {
+        "1 database, no SHARDS",
+        "1 database",
+        "2 databases",
+        "3 databases",
+    }
+    assert all(value > 0 for value in figures["enqueue_per_second"].values())
