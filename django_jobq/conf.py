@@ -3,25 +3,24 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import copy
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from . import validation
+from .database_context import ALIAS as _ALIAS
 from .exceptions import ConfigurationError, JobqError
 from .fairness import FairOptions
 from .options import QUEUE_OPTIONS as QUEUE_OPTIONS  # re-exported
 from .options import SCHEDULE_OPTIONS as SCHEDULE_OPTIONS  # re-exported
 from .options import QueueOptions, ScheduleOptions
 
-T = TypeVar("T")
 DAY = 24 * 3600
 MAX_PAYLOAD_BYTES = 256 * 1024
 POOL_MODES = ("session", "transaction")
@@ -361,11 +360,6 @@ class JobqSettings:
         return cls(**values)
 
 
-# The database alias jobq's statements go to in this context, when not JOBQ["DATABASE"]: set by
-# on_database() around the work of a queue placed on another database (django_jobq.shards).
-_ALIAS: contextvars.ContextVar[str | None] = contextvars.ContextVar("jobq_database", default=None)
-
-
 @functools.cache
 def _configured() -> JobqSettings:
     return JobqSettings.from_dict(getattr(settings, "JOBQ", {}))
@@ -391,38 +385,6 @@ def jobq_settings() -> JobqSettings:
 def home_database() -> str:
     """JOBQ["DATABASE"], whatever on_database() says."""
     return _configured().database
-
-
-def current_database() -> str | None:
-    """The alias on_database() set in this context, or None."""
-    return _ALIAS.get()
-
-
-def carrying_database(function: Callable[..., T]) -> Callable[..., T]:
-    """``function``, run on the database of the context that wraps it (for a thread's target: a new
-    thread starts on the home database)."""
-    alias = _ALIAS.get()
-    if alias is None:
-        return function
-
-    @functools.wraps(function)
-    def run(*args: Any, **kwargs: Any) -> T:
-        token = _ALIAS.set(alias)
-        try:
-            return function(*args, **kwargs)
-        finally:
-            _ALIAS.reset(token)
-
-    return run
-
-
-def home_context() -> contextvars.Context:
-    """A copy of the current context on the home database: where a task's own code runs (its
-    enqueues, rate limits and inbound marks find their databases themselves; its ORM calls go where
-    the routers say, as anywhere in the application)."""
-    context = contextvars.copy_context()
-    context.run(_ALIAS.set, None)
-    return context
 
 
 @contextlib.contextmanager

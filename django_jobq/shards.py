@@ -15,7 +15,8 @@ from collections.abc import Iterable, Iterator
 
 from django.db import connections
 
-from .conf import current_database, home_database, jobq_settings, on_database
+from .conf import home_database, jobq_settings, on_database
+from .database_context import current_database
 from .exceptions import ForeignTransaction, SpansDatabases, UnknownShard
 
 ID_BITS = 48  # an id's low bits; the bits above them are its shard number

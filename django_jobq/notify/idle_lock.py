@@ -21,7 +21,8 @@ from typing import Any
 
 import psycopg
 
-from ..conf import current_database, jobq_settings, on_database
+from ..conf import jobq_settings, on_database
+from ..database_context import current_database
 from ..sql.postgres.listen import (
     IDLE_LOCK_RELEASE,
     IDLE_LOCK_SESSION,

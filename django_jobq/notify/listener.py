@@ -13,7 +13,8 @@ import psycopg
 from django.db import connections
 from psycopg import sql
 
-from ..conf import current_database, jobq_settings, listen_target, on_database
+from ..conf import jobq_settings, listen_target, on_database
+from ..database_context import current_database
 
 logger = logging.getLogger("django_jobq")
 

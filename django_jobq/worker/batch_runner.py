@@ -12,8 +12,8 @@ from django.db import close_old_connections
 
 from .. import signals
 from ..batches import BatchJob
-from ..conf import home_context
 from ..context import CancelSignal
+from ..database_context import home_context
 from ..exceptions import BatchAnswerInvalid, BatchAnswerMissing, InvalidPayload, JobTimeout
 from ..managers import result_json
 from ..tasks import Task

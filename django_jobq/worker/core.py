@@ -22,7 +22,8 @@ from django.db import DatabaseError, connections
 from .. import validation
 from ..checks.engine import engine_problems
 from ..checks.shards import range_problem
-from ..conf import carrying_database, jobq_settings
+from ..conf import jobq_settings
+from ..database_context import carrying_database
 from ..exceptions import ConfigurationError, InvalidJob
 from ..managers.seats import TASK_SEATS
 from ..models import Job

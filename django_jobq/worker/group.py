@@ -13,7 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..conf import carrying_database, on_database
+from ..conf import on_database
+from ..database_context import carrying_database
 from ..exceptions import ConfigurationError
 from . import startup
 from .core import Worker

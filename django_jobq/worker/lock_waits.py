@@ -28,7 +28,8 @@ import psycopg
 from django.db import Error as DatabaseError
 from django.db import connections, transaction
 
-from ..conf import carrying_database, jobq_settings
+from ..conf import jobq_settings
+from ..database_context import carrying_database
 from ..models import Job
 
 logger = logging.getLogger("django_jobq")

@@ -15,8 +15,9 @@ from django.db import Error as DatabaseError
 from django.db import close_old_connections, transaction
 
 from .. import signals
-from ..conf import home_context, jobq_settings
+from ..conf import jobq_settings
 from ..context import CancelSignal, JobContext
+from ..database_context import home_context
 from ..exceptions import JobTimeout
 from ..managers import result_json
 from ..outcomes import Cancelled, Snooze

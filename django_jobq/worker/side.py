@@ -10,7 +10,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from django.db import Error as DatabaseError
 from django.db import connections
 
-from ..conf import carrying_database, jobq_settings
+from ..conf import jobq_settings
+from ..database_context import carrying_database
 from ..models import Job
 
 logger = logging.getLogger("django_jobq")

@@ -50,6 +50,7 @@ class ShardServer(pgserver.PgServer):
     def remove(self) -> None:
         if self.alias in connections.settings:
             connections[self.alias].close()
+            del connections[self.alias]  # a server made again later is on another port
         settings.DATABASES.pop(self.alias, None)
         super().remove()
 

@@ -396,6 +396,6 @@ def dependency_summary(context, **kwargs):
 @django_jobq.task(name="test.where_am_i")
 def where_am_i():
     """The database jobq's calls in a task's own code go to (django_jobq.shards); None: the home one."""
-    from django_jobq.conf import current_database
+    from django_jobq.database_context import current_database
 
     return {"database": current_database()}

@@ -4,7 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_jobq.conf import carrying_database, on_database
+from django_jobq.conf import on_database
+from django_jobq.database_context import carrying_database
 from django_jobq.management import metrics_options
 from django_jobq.reaper import Reaper
 from django_jobq.shards import every_database
