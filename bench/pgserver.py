@@ -8,12 +8,13 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 import psycopg
+
+from bench.pgbouncer import free_port
 
 WAIT_SECONDS = 120
 
@@ -25,12 +26,6 @@ def bindir() -> Path | None:
         return found[-1].parent
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PgServer:

@@ -20,36 +20,13 @@ from .fairness import FairOptions
 from .options import QUEUE_OPTIONS as QUEUE_OPTIONS  # re-exported
 from .options import SCHEDULE_OPTIONS as SCHEDULE_OPTIONS  # re-exported
 from .options import QueueOptions, ScheduleOptions
+from .options import listen_target as listen_target  # re-exported
 
 DAY = 24 * 3600
 MAX_PAYLOAD_BYTES = 256 * 1024
 POOL_MODES = ("session", "transaction")
 MAX_SHARD = 1023  # shard numbers: ids of shard n are n << 48 and up (django_jobq.shards)
 METRICS_VIEWS = ("off", "staff", "token")
-
-
-def listen_target(value: Any) -> tuple[str, str]:
-    """JOBQ["LISTEN_DATABASE"] as ("alias", name) or ("dsn", conninfo); ConfigurationError when it is
-    neither an alias of settings.DATABASES nor a connection string psycopg can parse."""
-    where = 'JOBQ["LISTEN_DATABASE"]'
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(f"{where} must be a database alias, a PostgreSQL DSN or None")
-    if value in settings.DATABASES:
-        return "alias", value
-    if "=" not in value and "://" not in value:
-        known = ", ".join(sorted(map(repr, settings.DATABASES)))
-        raise ConfigurationError(
-            f"{where} {value!r:.100} is neither a database alias ({known}) nor a DSN "
-            "('postgres://...' or 'host=... dbname=...')"
-        )
-    import psycopg
-
-    try:
-        psycopg.conninfo.conninfo_to_dict(value)
-    except psycopg.ProgrammingError as exc:
-        # libpq's message never contains the password (it names the syntax fault only).
-        raise ConfigurationError(f"{where} is not a valid PostgreSQL DSN: {exc}") from None
-    return "dsn", value
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

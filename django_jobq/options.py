@@ -1,10 +1,13 @@
-"""The entries of JOBQ["QUEUES"] (flow control, fairness) and JOBQ["SCHEDULES"], each checked into a
-frozen dataclass (django_jobq.conf reads the JOBQ setting with them)."""
+"""The entries of JOBQ["QUEUES"] (flow control, fairness, placement) and JOBQ["SCHEDULES"], each
+checked into a frozen dataclass, and the value of JOBQ["LISTEN_DATABASE"] (django_jobq.conf reads the
+JOBQ setting with them)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from django.conf import settings
 
 from .exceptions import ConfigurationError
 from .fairness import FairOptions
@@ -17,6 +20,30 @@ QUEUE_OPTIONS = (
     "DATABASE",
 )  # the keys a JOBQ["QUEUES"] entry may have
 SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
+
+
+def listen_target(value: Any) -> tuple[str, str]:
+    """JOBQ["LISTEN_DATABASE"] as ("alias", name) or ("dsn", conninfo); ConfigurationError when it is
+    neither an alias of settings.DATABASES nor a connection string psycopg can parse."""
+    where = 'JOBQ["LISTEN_DATABASE"]'
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{where} must be a database alias, a PostgreSQL DSN or None")
+    if value in settings.DATABASES:
+        return "alias", value
+    if "=" not in value and "://" not in value:
+        known = ", ".join(sorted(map(repr, settings.DATABASES)))
+        raise ConfigurationError(
+            f"{where} {value!r:.100} is neither a database alias ({known}) nor a DSN "
+            "('postgres://...' or 'host=... dbname=...')"
+        )
+    import psycopg
+
+    try:
+        psycopg.conninfo.conninfo_to_dict(value)
+    except psycopg.ProgrammingError as exc:
+        # libpq's message never contains the password (it names the syntax fault only).
+        raise ConfigurationError(f"{where} is not a valid PostgreSQL DSN: {exc}") from None
+    return "dsn", value
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

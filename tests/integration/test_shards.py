@@ -24,6 +24,7 @@ from django_jobq.exceptions import (
     ConfigurationError,
     ForeignTransaction,
     InvalidJob,
+    InvalidPayload,
     JobqError,
     SpansDatabases,
     UnknownShard,
@@ -42,6 +43,13 @@ from tests.testapp.models import Execution
 pytestmark = [pytest.mark.integration]
 ALIASES = ["default", *SHARDS]  # each test's databases: flushed after it
 FLOOR = {"default": 1, "jobs2": 1 << 48, "jobs3": 2 << 48}
+
+
+def on_every_database(task: str, each: int) -> list[int]:
+    """The ids of ``each`` jobs of ``task`` enqueued to a queue of each database."""
+    return [
+        Job.objects.enqueue(task, queue=q) for q in ("default", "reports", "archive") for _ in range(each)
+    ]
 
 
 def on(alias: str) -> list[Job]:
@@ -243,11 +251,7 @@ def run_group(lanes: dict[str, int], **options) -> tuple[WorkerGroup, threading.
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
 def test_one_worker_drains_the_queues_of_every_database(placed):
-    ids = [
-        Job.objects.enqueue("test.record", queue=q)
-        for q in ("default", "reports", "archive")
-        for _ in range(20)
-    ]
+    ids = on_every_database("test.record", 20)
     group, thread = run_group({"*": 2}, burst=True, poll_interval=0.2)
     thread.join(120)
     assert not thread.is_alive(), "the burst worker group did not end"
@@ -296,11 +300,7 @@ def test_the_other_databases_drain_while_one_is_down(placed):
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
 def test_jobq_worker_serves_every_database_from_one_process(placed):
-    ids = [
-        Job.objects.enqueue("test.record", queue=q)
-        for q in ("default", "reports", "archive")
-        for _ in range(5)
-    ]
+    ids = on_every_database("test.record", 5)
     env = {
         "JOBQ_TEST_SHARDS": json.dumps({a: [n, placed[a].port] for a, n in SHARDS.items()}),
         "JOBQ_QUEUES": json.dumps(QUEUES),
@@ -511,3 +511,19 @@ def test_an_atomic_task_is_refused_on_a_queue_of_another_database(placed):
     with pytest.raises(InvalidJob, match="is atomic"):
         Job.objects.enqueue("test.atomic_record", queue="reports")
     assert on("jobs2") == []
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+@pytest.mark.parametrize(
+    "payload",
+    [{"a": "\x00"}, {"a": "\ud800"}, {"a": "x" * (300 * 1024)}, "nested"],
+    ids=["nul", "lone surrogate", "huge", "deep"],
+)
+def test_hostile_payloads_through_the_outbox_are_refused_before_anything_is_written(placed, payload):
+    if payload == "nested":
+        payload = {}
+        for _ in range(200):
+            payload = {"a": payload}
+    with pytest.raises(InvalidPayload), transaction.atomic():  # PayloadTooLarge is one
+        Job.objects.enqueue("test.noop", payload, queue="reports")
+    assert outbox() == [] and on("jobs2") == []
