@@ -77,11 +77,6 @@ def database_of_job(job_id: int) -> str:
     raise UnknownShard(f"id {job_id} belongs to shard {number}, which JOBQ['SHARDS'] does not name")
 
 
-def sharded() -> bool:
-    """Whether any database other than JOBQ["DATABASE"] holds queues."""
-    return bool(jobq_settings().shards)
-
-
 def working_database() -> str:
     """The alias jobq's statements go to in this context."""
     return current_database() or home_database()
