@@ -244,7 +244,7 @@ class JobqSettings:
                 raise ConfigurationError(f"{where}: shard number {number} is also {numbers[number]!r}'s")
             numbers[number] = alias
         bulk = self.queues.get(self.bulk_queue)
-        if bulk is not None and bulk.database not in (None, self.database):
+        if bulk is not None and (bulk.databases or bulk.database not in (None, self.database)):
             raise ConfigurationError(
                 'JOBQ["BULK_QUEUE"] must be a queue of JOBQ["DATABASE"] (the console\'s own)'
             )
@@ -258,6 +258,12 @@ class JobqSettings:
                     f'JOBQ["QUEUES"][{name!r}]["DATABASE"] must be JOBQ["DATABASE"] or an alias of '
                     f'JOBQ["SHARDS"], not {options.database!r:.100}'
                 )
+            for alias in options.databases or ():
+                if alias not in (self.database, *self.shards):
+                    raise ConfigurationError(
+                        f'JOBQ["QUEUES"][{name!r}]["DATABASES"]: {alias!r:.100} is neither '
+                        'JOBQ["DATABASE"] nor an alias of JOBQ["SHARDS"]'
+                    )
 
     def _check_connections(self) -> None:
         """DATABASE, READ_DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""

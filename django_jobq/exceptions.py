@@ -95,6 +95,15 @@ class SpansDatabases(JobqError):
     """One write that would put jobs on more than one database (they could not commit together)."""
 
 
+class PartlyWritten(JobqError):
+    """enqueue_many over several databases: one refused its jobs after others had committed theirs
+    (``ids``: the jobs written)."""
+
+    def __init__(self, message: str, *, ids: list[int]) -> None:
+        super().__init__(message)
+        self.ids = ids
+
+
 class ForeignTransaction(JobqError):
     """An enqueue to a queue on another database inside a transaction that could not include it."""
 

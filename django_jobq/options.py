@@ -18,6 +18,7 @@ QUEUE_OPTIONS = (
     "RATE_LIMIT",
     "FAIR",
     "DATABASE",
+    "DATABASES",
 )  # the keys a JOBQ["QUEUES"] entry may have
 SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
 
@@ -57,6 +58,8 @@ class QueueOptions:
     rate_limit: tuple[int, float] | None = None  # (jobs, seconds): starts allowed across every worker
     fair: FairOptions | None = None  # served round-robin by fairness key (django_jobq.fairness)
     database: str | None = None  # the alias whose server holds the queue's jobs; None: JOBQ["DATABASE"]
+    # the aliases a spread queue's jobs are shared between (django_jobq.shards.database_for); None: one
+    databases: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, name: Any, raw: Any) -> QueueOptions:
@@ -82,6 +85,7 @@ class QueueOptions:
             raise ConfigurationError(f'{where}["DATABASE"] must be a database alias, not {database!r:.100}')
         return cls(
             database=database,
+            databases=_spread(raw, where),
             max_running=raw.get("MAX_RUNNING"),
             max_depth=raw.get("MAX_DEPTH"),
             rate_limit=None if rate is None else rate_setting(rate, f'{where}["RATE_LIMIT"]'),
@@ -142,6 +146,34 @@ class ScheduleOptions:
             )
         except InvalidJob as exc:
             raise ConfigurationError(f"{where}: {exc}") from None
+
+
+MAX_SPREAD = 64  # databases one queue is spread over, at most
+
+
+def _spread(raw: dict[str, Any], where: str) -> tuple[str, ...] | None:
+    """A queue's DATABASES: 2 to MAX_SPREAD distinct aliases (checked against JOBQ["SHARDS"] by
+    conf), and not with DATABASE or MAX_RUNNING."""
+    databases = raw.get("DATABASES")
+    if databases is None:
+        return None
+    if not isinstance(databases, list | tuple) or not 2 <= len(databases) <= MAX_SPREAD:
+        raise ConfigurationError(
+            f'{where}["DATABASES"] must be a list of 2 to {MAX_SPREAD} database aliases, not {databases!r:.100}'
+        )
+    if any(not isinstance(alias, str) or not alias for alias in databases) or len(set(databases)) < len(
+        databases
+    ):
+        raise ConfigurationError(f'{where}["DATABASES"] must name distinct aliases, not {databases!r:.100}')
+    if raw.get("DATABASE") is not None:
+        raise ConfigurationError(f'{where}: give "DATABASE" (one) or "DATABASES" (spread), not both')
+    for option in ("MAX_RUNNING", "MAX_DEPTH"):
+        if raw.get(option) is not None:
+            raise ConfigurationError(
+                f'{where}: a queue spread over several databases takes no "{option}" yet: it would '
+                "count on each database alone (docs/operations/shards.md)"
+            )
+    return tuple(databases)
 
 
 def rate_setting(text: Any, where: str) -> tuple[int, float]:

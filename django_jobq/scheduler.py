@@ -173,11 +173,12 @@ def _its_database_fails(schedule: DueSchedule) -> Iterator[None]:
         yield
     except DatabaseError as exc:
         queue = str(schedule.queue or getattr(find_task(schedule.task), "queue", None) or "default")
-        database = shards.database_of_queue(queue)
-        if database == home_database():
+        databases = shards.databases_of_queue(queue)
+        if home_database() in databases:  # the error may be the home database's: the pass fails
             raise
-        connections[database].close()
-        raise JobqError(f"its queue's database {database!r} failed: {exc}") from exc
+        for database in databases:
+            connections[database].close()
+        raise JobqError(f"its queue's database ({', '.join(databases)}) failed: {exc}") from exc
 
 
 def run_now(schedule: Schedule) -> int | None:

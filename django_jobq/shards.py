@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterable, Iterator
+import hashlib
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 
 from django.db import connections
 
@@ -23,6 +25,9 @@ ID_BITS = 48  # an id's low bits; the bits above them are its shard number
 # tables whose ids leave the database (a job's, a workflow's), each given its shard's range
 ID_TABLES = ("jobq_job", "jobq_workflow")
 
+
+# the next database of a spread queue for a job with no shard key and no transaction on one of them
+_ROUND_ROBIN = itertools.count()
 
 # set by idempotent(): the enqueues inside carry a key that makes a second write a no-op
 _IDEMPOTENT: contextvars.ContextVar[bool] = contextvars.ContextVar("jobq_idempotent", default=False)
@@ -49,21 +54,77 @@ def every_database() -> list[str]:
     return [home_database(), *sorted(shards, key=shards.__getitem__)]
 
 
-def database_of_queue(queue: str) -> str:
-    """The alias that holds ``queue``'s jobs."""
+def databases_of_queue(queue: str) -> tuple[str, ...]:
+    """The aliases that hold ``queue``'s jobs: its DATABASES, its DATABASE, or JOBQ["DATABASE"]."""
     options = jobq_settings().queues.get(queue)
-    return home_database() if options is None or options.database is None else options.database
+    if options is None:
+        return (home_database(),)
+    return options.databases or (options.database or home_database(),)
 
 
-def database_of_queues(queues: Iterable[str]) -> str:
-    """The one alias that holds all of ``queues`` (SpansDatabases when they are on several)."""
-    found = {database_of_queue(queue) for queue in queues}
+def database_of_queue(queue: str) -> str:
+    """The one alias that holds ``queue``'s jobs; SpansDatabases for a queue spread over several
+    (a job's database is then database_for(queue, key))."""
+    found = databases_of_queue(queue)
     if len(found) > 1:
         raise SpansDatabases(
-            f"these jobs' queues are on several databases ({', '.join(sorted(found))}); one enqueue "
-            "writes one database: enqueue each database's jobs on their own"
+            f"queue {queue!r} is spread over databases {', '.join(found)}: each job's database "
+            "follows from its shard key (django_jobq.shards.database_for)"
         )
-    return found.pop() if found else home_database()
+    return found[0]
+
+
+def database_for(queue: str, key: str | None = None) -> str:
+    """The alias a job of ``queue`` is written to. A spread queue (QUEUES[queue]["DATABASES"]) puts
+    a job with a shard key (its dedupe key, else its concurrency key, else ``shard_key=``) on the
+    database that key hashes to, always the same one (rendezvous hashing: adding a database moves
+    only the keys the new one wins); a job without one on the database whose transaction is open
+    (it commits with it), else on the next database in turn."""
+    return choose(databases_of_queue(queue), key)
+
+
+def choose(databases: Sequence[str], key: str | None) -> str:
+    """One of ``databases`` for a job with shard key ``key`` (see database_for)."""
+    if len(databases) == 1:
+        return databases[0]
+    if key is not None:
+        return max(databases, key=lambda alias: _weight(alias, key))
+    for alias in databases:
+        if connections[alias].in_atomic_block:
+            return alias
+    return databases[next(_ROUND_ROBIN) % len(databases)]
+
+
+def _weight(alias: str, key: str) -> bytes:
+    """``key``'s weight on ``alias``: from its shard number, so renaming an alias moves no key."""
+    text = f"{shard_number(alias)}\x00{key}".encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(text, digest_size=8).digest()
+
+
+def shard_key(dedupe_key: str | None, concurrency_key: str | None, explicit: str | None) -> str | None:
+    """The key a job of a spread queue is placed by: its dedupe key (a key's uniqueness is then
+    decided on one database), else its concurrency key (a key's cap counts on one database), else
+    the caller's ``shard_key``."""
+    return (
+        dedupe_key if dedupe_key is not None else concurrency_key if concurrency_key is not None else explicit
+    )
+
+
+def shared_databases(queues: Iterable[str]) -> list[str]:
+    """The aliases that hold every one of ``queues`` (SpansDatabases when there is none)."""
+    queues = sorted(set(queues))
+    shared: list[str] | None = None
+    for queue in queues:
+        found = databases_of_queue(queue)
+        shared = list(found) if shared is None else [alias for alias in shared if alias in found]
+    if shared is None:
+        return [home_database()]
+    if not shared:
+        raise SpansDatabases(
+            f"these jobs' queues share no database ({', '.join(queues)}); one enqueue writes one "
+            "database: enqueue each database's jobs on their own"
+        )
+    return shared
 
 
 def database_of_job(job_id: int) -> str:

@@ -218,6 +218,14 @@ def concurrency_key(value: Any) -> str | None:
     return str(value)
 
 
+def shard_key(value: Any) -> str | None:
+    """A job's shard key (what places it on a spread queue): the same rules as a dedupe key."""
+    if value is None:
+        return None
+    string(value, "shard_key", MAX_DEDUPE_KEY_LENGTH)
+    return str(value)
+
+
 def fairness_key(value: Any) -> str | None:
     """A job's fairness key (the tenant a fair queue shares its starts between): the same rules as a
     dedupe key, and not blank."""

@@ -282,11 +282,11 @@ def _key_holder(key: str | None, task: str, queue: str) -> int | None:
     DedupeKeyConflict when it is not a job of ``task`` (replace leaves another task's holder alone,
     and its result is not this call's)."""
     from ..models import Job
-    from ..shards import database_of_queue
+    from ..shards import database_for
 
     if key is None:
         return None
-    holders = Job.objects.using(database_of_queue(queue)).filter(dedupe_key=key, key_released=False)
+    holders = Job.objects.using(database_for(queue, key)).filter(dedupe_key=key, key_released=False)
     holder = holders.values_list("id", "task").first()
     if holder is None:
         return None

@@ -9,7 +9,7 @@ from typing import Any
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
-from ..shards import database_of_job, database_of_queue, every_database, on_shard
+from ..shards import database_of_job, databases_of_queue, every_database, on_shard
 from ..status import FINISHED, CancelCounts, CancelOutcome, JobStatus
 from .base import BaseJobManager, retrying_conflicts
 
@@ -73,7 +73,7 @@ class ControlManager(BaseJobManager):
         if not jobq_settings().shards:
             return self._cancel_many_here(wanted, queue, task, tags_json, by)
         cancelled = requested = 0
-        for alias in [database_of_queue(queue)] if queue is not None else every_database():
+        for alias in databases_of_queue(queue) if queue is not None else every_database():
             mine = None if wanted is None else [i for i in wanted if database_of_job(i) == alias]
             if mine == []:
                 continue

@@ -16,7 +16,7 @@ from django.db import transaction
 from .. import fairness, tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import DependencyFailed, DependencyNotFound, InvalidJob, SpansDatabases, WorkflowTooLarge
-from ..shards import database_of_job, database_of_queues, on_shard
+from ..shards import choose, database_of_job, on_shard, shared_databases
 from ..status import CANCELLED, DEAD, FINISHED
 from .base import retrying_conflicts
 from .producing_many import BulkProducerManager
@@ -139,7 +139,20 @@ class GraphManager(BulkProducerManager):
         name = None if workflow is None else validation.string(workflow, "workflow name", 200)
         rows = self._graph_rows(nodes)
         external = sorted({i for node in nodes for i in node.depends_on})
-        alias = database_of_queues(row["queue"] for row in rows)
+        queues = {row["queue"] for row in rows}
+        # a workflow's jobs share one database: that of the jobs they depend on, else one its queues share
+        shared = shared_databases(queues)
+        alias = database_of_job(external[0]) if external else choose(shared, None)
+        if alias not in shared:
+            raise SpansDatabases(
+                f"job {external[0]} is on database {alias!r}, which holds none of queue(s) "
+                f"{', '.join(sorted(queues))}: a job depends only on jobs of its own database"
+            )
+        for index, row in enumerate(rows):
+            try:
+                self._refuse_split_key(row["task"], row["queue"], row["concurrency_key"])
+            except InvalidJob as exc:
+                raise InvalidJob(f"job {index}: {exc} (a workflow's jobs share one database)") from None
         if elsewhere := sorted(i for i in external if database_of_job(i) != alias):
             raise SpansDatabases(
                 f"job(s) {', '.join(map(str, elsewhere[:10]))} are on another database than this "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from django.db import IntegrityError, transaction
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
-from ..shards import database_of_job, database_of_queue, on_shard
+from ..shards import database_of_job, databases_of_queue, on_shard
 from ..status import FINISHED, JobStatus
 from .base import BaseJobManager, retrying_conflicts
 
@@ -141,11 +142,13 @@ class MaintenanceManager(BaseJobManager):
     def counts(self, queue: str | None = None) -> dict[str, int]:
         """Jobs per status name (every status present, zero-filled), optionally for one queue."""
         sql = self._sql()
+        found: Counter[int] = Counter()
         if queue is None:  # the database this context works on
-            found = dict(self._execute(sql.COUNTS, {}))
+            found.update(dict(self._execute(sql.COUNTS, {})))
         else:
-            with on_shard(database_of_queue(queue)):
-                found = dict(self._execute(sql.COUNTS_QUEUE, {"queue": queue}))
+            for alias in databases_of_queue(validation.queue(queue)):
+                with on_shard(alias):
+                    found.update(dict(self._execute(sql.COUNTS_QUEUE, {"queue": queue})))
         return {status.name: found.get(status.value, 0) for status in JobStatus}
 
     def acquire_lease(self, name: str, holder: str, seconds: float) -> bool:

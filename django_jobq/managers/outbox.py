@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from ..conf import on_database
 from ..exceptions import ForeignTransaction
-from ..shards import database_of_queue, on_shard, working_database
+from ..shards import on_shard, working_database
 from .base import BaseJobManager
 
 logger = logging.getLogger("django_jobq")
@@ -45,7 +45,7 @@ class OutboxManager(BaseJobManager):
         """Write the job of ``params`` to the outbox of ``source`` (the caller's transaction there);
         (its reserved id, the enqueue's time). ForeignTransaction for what the outbox cannot carry:
         a job whose enqueue decides against other jobs at once (a dedupe key, a queue's MAX_DEPTH)."""
-        target = database_of_queue(params["queue"])
+        target = params["database"]
         if params["dedupe_key"] is not None or params.get("max_depth") is not None:
             raise ForeignTransaction(
                 f"queue {params['queue']!r} is on database {target!r}, and this enqueue runs inside a "

@@ -13,7 +13,7 @@ from .. import fairness, tracing, validation
 from ..conf import home_database, jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
-from ..shards import database_of_queue, on_shard, outbox_source
+from ..shards import database_for, databases_of_queue, on_shard, outbox_source, shard_key
 from .outbox import OutboxManager
 
 
@@ -32,6 +32,9 @@ class NewJob(NamedTuple):
     concurrency_key: str | None = None
     tags: Sequence[str] | None = None
     fairness_key: str | None = None  # the key a fair queue serves round-robin (JOBQ["QUEUES"][q]["FAIR"])
+    shard_key: str | None = (
+        None  # the key a spread queue places the job by, without dedupe or concurrency key
+    )
     depends_on: Sequence[int] | None = None  # existing jobs it waits for (django_jobq.workflows)
     on_dependency_failure: str = "cancel"
 
@@ -71,7 +74,7 @@ class ProducerManager(OutboxManager):
                 capabilities.require(feature, f"task {task!r} ({what})")
         if queue is None:
             queue = registered.queue if registered else "default"
-        if registered is not None and registered.atomic and database_of_queue(queue) != home_database():
+        if registered is not None and registered.atomic and databases_of_queue(queue) != (home_database(),):
             raise InvalidJob(  # its writes are on the application's database, its DONE on the queue's
                 f"task {task!r} is atomic: its jobs run in one transaction with their DONE write, "
                 f"which queue {queue!r} on another database than {home_database()!r} cannot give"
@@ -131,6 +134,7 @@ class ProducerManager(OutboxManager):
         concurrency_key: str | None = None,
         tags: Sequence[str] | None = None,
         fairness_key: str | None = None,
+        shard_key: str | None = None,
     ) -> dict[str, Any]:
         conf = jobq_settings()
         task, queue, priority, max_attempts = self._options(task, queue, priority, max_attempts)
@@ -149,7 +153,32 @@ class ProducerManager(OutboxManager):
         )
         params["trace_context"] = tracing.carrier()
         params["notify"], params["channel"] = conf.notify, conf.notify_channel
+        params["database"] = self._placement(task, queue, key, params["concurrency_key"], shard_key)
         return params
+
+    def _placement(
+        self, task: str, queue: str, key: str | None, concurrency_key: str | None, explicit: Any
+    ) -> str:
+        """The database a job goes to (django_jobq.shards.database_for)."""
+        explicit = validation.shard_key(explicit)
+        if key is not None:
+            self._refuse_split_key(task, queue, concurrency_key)
+        return database_for(queue, shard_key(key, concurrency_key, explicit))
+
+    @staticmethod
+    def _refuse_split_key(task: str, queue: str, concurrency_key: str | None) -> None:
+        """InvalidJob for a job of a spread queue that counts under its task's per-key cap but is
+        placed by something else than its concurrency key: its key's jobs would be on several
+        databases, and the cap counted on each alone."""
+        if concurrency_key is None or len(databases_of_queue(queue)) == 1:
+            return
+        registered = find_task(task)
+        if registered is not None and registered.max_running_per_key is not None:
+            raise InvalidJob(
+                f"queue {queue!r} is spread over several databases and task {task!r} caps its jobs "
+                "per concurrency key: such a job is placed by its concurrency key alone (no dedupe "
+                "key, no workflow)"
+            )
 
     def enqueue(
         self,
@@ -168,6 +197,7 @@ class ProducerManager(OutboxManager):
         concurrency_key: str | None = None,
         tags: Sequence[str] | None = None,
         fairness_key: str | None = None,
+        shard_key: str | None = None,
     ) -> int | None:
         """Insert a job in the caller's transaction; its id, or None when the dedupe key is taken
         (by an active job, or a finished one inside its window) and the mode leaves that job alone.
@@ -181,11 +211,14 @@ class ProducerManager(OutboxManager):
         hands the key to a new job, the successor, whose id is returned). tags: labels to find the
         job by (cancel_many, the admin); a replaced holder keeps its own. fairness_key: the key a fair
         queue shares its starts between (JOBQ["QUEUES"][q]["FAIR"]; docs/guide/fairness.md).
+        shard_key: on a queue spread over several databases, the key that places a job with neither
+        dedupe key nor concurrency key (docs/operations/shards.md); ignored elsewhere.
         """
         row = self.enqueue_row(
             task, payload, queue=queue, priority=priority, run_at=run_at, delay=delay, dedupe_key=dedupe_key,
             max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
             on_duplicate=on_duplicate, concurrency_key=concurrency_key, tags=tags, fairness_key=fairness_key,
+            shard_key=shard_key,
         )  # fmt: skip
         return None if row is None else row.id
 
@@ -196,7 +229,7 @@ class ProducerManager(OutboxManager):
         same statement), or None as enqueue() does."""
         params = self._enqueue_params(task, payload, **options)
         mode = self._mode(on_duplicate, params["dedupe_key"], params["delay"])
-        database = database_of_queue(params["queue"])
+        database = params["database"]
         if jobq_settings().shards and (source := outbox_source(database)) is not None:
             params["max_depth"] = jobq_settings().depth_limits().get(params["queue"])
             return Enqueued(*self._through_outbox(source, params, mode))
@@ -297,7 +330,7 @@ class ProducerManager(OutboxManager):
         if dedupe_key is None:
             raise InvalidJob("enqueue_or_get needs a dedupe_key")
         params = self._enqueue_params(task, payload, dedupe_key=dedupe_key, **options)
-        with on_shard(database_of_queue(params["queue"]), writes_jobs=True):
+        with on_shard(params["database"], writes_jobs=True):
             return self._enqueue_or_get_row(params, dedupe_key)
 
     def _enqueue_or_get_row(self, params: dict[str, Any], dedupe_key: str) -> tuple[Enqueued, bool]:

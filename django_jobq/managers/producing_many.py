@@ -7,12 +7,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from .. import fairness, tracing, validation
 from ..conf import jobq_settings
-from ..exceptions import InvalidJob
-from ..shards import database_of_queues, on_shard, working_database
+from ..exceptions import InvalidJob, JobqError, PartlyWritten
+from ..shards import database_for, on_shard, refuse_foreign_transaction, shard_key, working_database
 from ..sql.engine import NewRow
 from .base import retrying_conflicts
 from .producing import NewJob, ProducerManager
@@ -29,21 +29,61 @@ class BulkProducerManager(ProducerManager):
                 f"enqueue_many's on_duplicate must be 'skip' or 'replace', not {on_duplicate!r:.100}"
             )
         jobs = list(jobs)
-        alias = self._database_of(jobs) if jobq_settings().shards else working_database()
-        with on_shard(alias, writes_jobs=True):
+        if not jobq_settings().shards:
             return self._enqueue_many(jobs, on_duplicate)
+        placed = self._placed(jobs)
+        if len(placed) == 1:
+            ((alias, batch),) = placed.items()
+            with on_shard(alias, writes_jobs=True):
+                return self._enqueue_many(batch, on_duplicate)
+        return self._enqueue_spread(placed, jobs, on_duplicate)
 
-    def _database_of(self, jobs: list[NewJob]) -> str:
-        """The one database that holds the queues of ``jobs`` (SpansDatabases when they are on
-        several: one statement writes one database)."""
-        queues: set[str] = set()
+    def _placed(self, jobs: list[NewJob]) -> dict[str, list[NewJob]]:
+        """``jobs`` by the database each goes to (django_jobq.shards.database_for), in order; the jobs
+        of one queue without a shard key all go to one database (one statement, all or nothing)."""
+        placed: dict[str, list[NewJob]] = {}
+        keyless: dict[str, str] = {}  # queue -> the database of its jobs without a shard key
         for index, job in enumerate(jobs):
-            if isinstance(job, NewJob):  # anything else is refused with its index by _rows
-                try:
-                    queues.add(self._options(job.task, job.queue, job.priority, job.max_attempts)[1])
-                except InvalidJob as exc:
-                    raise type(exc)(f"job {index}: {exc}") from None
-        return database_of_queues(queues)
+            if not isinstance(job, NewJob):  # refused with its index by _rows
+                placed.setdefault(working_database(), []).append(job)
+                continue
+            try:
+                queue = self._options(job.task, job.queue, job.priority, job.max_attempts)[1]
+                key = validation.dedupe_key(job.dedupe_key)
+                concurrency_key = validation.concurrency_key(job.concurrency_key)
+                if shard_key(key, concurrency_key, validation.shard_key(job.shard_key)) is None:
+                    alias = keyless.get(queue) or keyless.setdefault(queue, database_for(queue))
+                else:
+                    alias = self._placement(job.task, queue, key, concurrency_key, job.shard_key)
+            except InvalidJob as exc:
+                raise type(exc)(f"job {index}: {exc}") from None
+            placed.setdefault(alias, []).append(job)
+        return placed
+
+    def _enqueue_spread(
+        self, placed: dict[str, list[NewJob]], jobs: list[NewJob], on_duplicate: str
+    ) -> list[int]:
+        """Jobs that go to several databases: each database's in one statement, committed on its own.
+        Everything is checked first, so an invalid job writes nothing; a database that fails once
+        others committed raises PartlyWritten with the ids written."""
+        for _ in self._rows(jobs, set()):
+            pass  # every job checked before any database is written
+        for alias in placed:
+            refuse_foreign_transaction(alias)  # a transaction open anywhere: they could not commit with it
+        written: list[int] = []
+        for alias, batch in placed.items():
+            try:
+                with on_shard(alias, writes_jobs=True):
+                    written += self._enqueue_many(batch, on_duplicate)
+            except (JobqError, DatabaseError) as exc:
+                if not written:
+                    raise
+                raise PartlyWritten(
+                    f"database {alias!r} refused its {len(batch)} job(s) ({exc}); {len(written)} job(s) "
+                    "on other databases were written and committed",
+                    ids=written,
+                ) from exc
+        return written
 
     def _enqueue_many(self, jobs: list[NewJob], on_duplicate: str) -> list[int]:
         conf = jobq_settings()

@@ -7,7 +7,7 @@ from typing import Any
 from .. import validation
 from ..conf import jobq_settings
 from ..notify.listener import STATE_CHANGED
-from ..shards import database_of_queue, on_shard
+from ..shards import databases_of_queue, on_shard
 from .base import BaseJobManager
 
 
@@ -24,10 +24,12 @@ class QueueStateManager(BaseJobManager):
 
     def _changed(self, statement: Any, name: str, by: str | None) -> bool:
         params = self._state_params(name, by)
-        with on_shard(database_of_queue(params["name"])):  # its workers read its state there
-            changed = bool(self._execute(statement, params))
-            if changed:
-                self._wake([STATE_CHANGED])
+        changed = False
+        for alias in databases_of_queue(params["name"]):  # its workers read its state there
+            with on_shard(alias):
+                if self._execute(statement, params):
+                    changed = True
+                    self._wake([STATE_CHANGED])
         return changed
 
     def paused_queues(self) -> list[str]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .. import validation
 from ..context import CancelSignal
 from ..exceptions import ConfigurationError, InvalidJob
-from ..shards import database_of_queue, every_database
+from ..shards import databases_of_queue, every_database
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -24,11 +24,12 @@ SHORT_RUN_SECONDS = 0.05  # a lane claims ahead while its recent runs average le
 
 
 def lanes_by_database(lanes: dict[str, int]) -> dict[str, dict[str, int]]:
-    """``lanes`` split by the database that holds each named queue; a ``*`` lane on every database
-    (its named queues excluded there as everywhere)."""
+    """``lanes`` split by the databases that hold each named queue (a spread queue's lane on each of
+    its databases, with its slots on each); a ``*`` lane on every database (its named queues
+    excluded there as everywhere)."""
     found: dict[str, dict[str, int]] = {}
     for name, slots in lanes.items():
-        for alias in every_database() if name == ALL_QUEUES else [database_of_queue(name)]:
+        for alias in every_database() if name == ALL_QUEUES else databases_of_queue(name):
             found.setdefault(alias, {})[name] = slots
     return found
 
@@ -37,9 +38,10 @@ def check_lanes(lanes: dict[str, int], alias: str) -> None:
     """ConfigurationError for a named lane whose queue is on another database than ``alias`` (a
     worker there would never find its jobs)."""
     for name in lanes:
-        if name != ALL_QUEUES and (home := database_of_queue(name)) != alias:
+        if name != ALL_QUEUES and alias not in (held := databases_of_queue(name)):
             raise ConfigurationError(
-                f"queue {name!r} is on database {home!r}, not {alias!r}: run its lane on a worker of {home!r}"
+                f"queue {name!r} is on database(s) {', '.join(held)}, not {alias!r}: run its lane on "
+                "a worker of its database"
             )
 
 

@@ -8,9 +8,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_jobq import validation
-from django_jobq.conf import jobq_settings
+from django_jobq.conf import jobq_settings, on_database
 from django_jobq.exceptions import InvalidJob
 from django_jobq.models import Job, QueueState
+from django_jobq.shards import databases_of_queue, every_database
 
 BY = "manage.py jobq_queue"
 
@@ -46,15 +47,20 @@ class Command(BaseCommand):
             raise CommandError(f"the queue's database refused or could not be reached: {exc}") from exc
 
     def _status(self, name: str | None) -> None:
-        paused = Job.objects.paused_queues()
         if name is None:
-            self.stdout.write("paused queues: " + (", ".join(paused) if paused else "none"))
+            paused: set[str] = set()
+            for alias in every_database():
+                with on_database(alias):
+                    paused.update(Job.objects.paused_queues())
+            self.stdout.write("paused queues: " + (", ".join(sorted(paused)) if paused else "none"))
             return
         counts = Job.objects.counts(name)
-        state = "running"
-        if name in paused:
-            row = QueueState.objects.using(jobq_settings().database).filter(name=name).first()
-            when = row.changed_at.isoformat(timespec="seconds") if row else "?"
-            state = f"paused since {when} by {(row and row.changed_by) or '?'}"
-        self.stdout.write(f"queue {name}: {state}")
+        states = []
+        for alias in databases_of_queue(name):  # a queue's state is kept on each of its databases
+            row = QueueState.objects.using(alias).filter(name=name, paused=True).first()
+            where = f" on {alias}" if jobq_settings().shards else ""
+            if row is not None:
+                when = row.changed_at.isoformat(timespec="seconds")
+                states.append(f"paused{where} since {when} by {row.changed_by or '?'}")
+        self.stdout.write(f"queue {name}: {'; '.join(states) or 'running'}")
         self.stdout.write("  " + "  ".join(f"{status.lower()} {n}" for status, n in counts.items()))
