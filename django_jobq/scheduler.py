@@ -130,13 +130,14 @@ class Scheduler:
             # On a queue of another database (django_jobq.shards) the job commits before the tick: a
             # pass whose transaction then rolls back publishes the tick again, and its key (per tick)
             # makes that enqueue a no-op, so each tick still has exactly one job.
-            with shards.idempotent(), _its_database_fails(schedule):
+            key = ticks.tick_key(schedule.name, tick)
+            with shards.idempotent(), _its_database_fails(schedule, key):
                 job_id = Job.objects.enqueue(
                     schedule.task,
                     schedule.payload,
                     queue=schedule.queue,
                     priority=schedule.priority,
-                    dedupe_key=ticks.tick_key(schedule.name, tick),
+                    dedupe_key=key,
                 )
             jobs[tick] = job_id
             if job_id is not None:
@@ -165,20 +166,20 @@ class Scheduler:
 
 
 @contextlib.contextmanager
-def _its_database_fails(schedule: DueSchedule) -> Iterator[None]:
-    """A DatabaseError of a schedule whose queue is on a shard as a JobqError: that schedule is left
-    due (its pass's savepoint on the home database is intact: the error was the shard's) and the
-    others publish; the shard's connection is closed, so the next pass connects again."""
+def _its_database_fails(schedule: DueSchedule, key: str) -> Iterator[None]:
+    """A DatabaseError of a tick whose job goes to a shard (its queue's database, or for a spread
+    queue the one its tick key ``key`` places it on) as a JobqError: that schedule is left due (its
+    pass's savepoint on the home database is intact: the error was the shard's) and the others
+    publish; the shard's connection is closed, so the next pass connects again."""
     try:
         yield
     except DatabaseError as exc:
         queue = str(schedule.queue or getattr(find_task(schedule.task), "queue", None) or "default")
-        databases = shards.databases_of_queue(queue)
-        if home_database() in databases:  # the error may be the home database's: the pass fails
+        database = shards.database_for(queue, key)
+        if database == home_database():
             raise
-        for database in databases:
-            connections[database].close()
-        raise JobqError(f"its queue's database ({', '.join(databases)}) failed: {exc}") from exc
+        connections[database].close()
+        raise JobqError(f"its queue's database {database!r} failed: {exc}") from exc
 
 
 def run_now(schedule: Schedule) -> int | None:

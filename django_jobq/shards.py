@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import hashlib
 import itertools
+import random
 from collections.abc import Iterable, Iterator, Sequence
 
 from django.db import connections
@@ -27,7 +28,7 @@ ID_TABLES = ("jobq_job", "jobq_workflow")
 
 
 # the next database of a spread queue for a job with no shard key and no transaction on one of them
-_ROUND_ROBIN = itertools.count()
+_ROUND_ROBIN = itertools.count(random.randrange(1 << 16))  # a random start: short-lived processes spread too
 
 # set by idempotent(): the enqueues inside carry a key that makes a second write a no-op
 _IDEMPOTENT: contextvars.ContextVar[bool] = contextvars.ContextVar("jobq_idempotent", default=False)
@@ -101,7 +102,7 @@ def _weight(alias: str, key: str) -> bytes:
     return hashlib.blake2b(text, digest_size=8).digest()
 
 
-def shard_key(dedupe_key: str | None, concurrency_key: str | None, explicit: str | None) -> str | None:
+def placement_key(dedupe_key: str | None, concurrency_key: str | None, explicit: str | None) -> str | None:
     """The key a job of a spread queue is placed by: its dedupe key (a key's uniqueness is then
     decided on one database), else its concurrency key (a key's cap counts on one database), else
     the caller's ``shard_key``."""

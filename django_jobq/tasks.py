@@ -45,6 +45,7 @@ class EnqueueOptions:
     concurrency_key: str | None = None
     tags: tuple[str, ...] | list[str] | None = None
     fairness_key: str | None = None
+    shard_key: str | None = None  # places a job of a spread queue (docs/operations/shards.md)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +105,8 @@ class Task(Generic[P, R]):
             raise InvalidJob("a workflow's jobs take no dedupe key")
         if options["delay"] is not None:
             raise InvalidJob("a workflow's job takes run_at, not delay")
+        if options["shard_key"] is not None:
+            raise InvalidJob("a workflow's jobs take no shard_key: they share the workflow's database")
         return Signature(
             self.name, kwargs, queue=options["queue"], priority=options["priority"], run_at=options["run_at"],
             max_attempts=options["max_attempts"], concurrency_key=options["concurrency_key"],
@@ -128,6 +131,7 @@ class Task(Generic[P, R]):
             "concurrency_key": o.concurrency_key,
             "tags": o.tags,
             "fairness_key": o.fairness_key,
+            "shard_key": o.shard_key,
         }
 
     def enqueue(self, **kwargs: Any) -> int | None:

@@ -89,8 +89,13 @@ class GraphManager(BulkProducerManager):
             return super().enqueue(task, payload, **options)
         if options.get("dedupe_key") is not None or options.get("on_duplicate", "skip") != "skip":
             raise InvalidJob("a job with dependencies takes no dedupe_key (nor on_duplicate)")
+        if options.get("shard_key") is not None:
+            raise InvalidJob(
+                "a job with dependencies takes no shard_key: it goes beside the jobs it waits for"
+            )
         unknown = set(options) - {"queue", "priority", "run_at", "delay", "max_attempts", "concurrency_key",
-                                  "tags", "dedupe_key", "on_duplicate", "dedupe_done", "dedupe_dead"}  # fmt: skip
+                                  "tags", "dedupe_key", "on_duplicate", "dedupe_done", "dedupe_dead",
+                                  "shard_key"}  # fmt: skip
         if unknown:
             raise TypeError(f"enqueue() got unexpected keyword arguments {sorted(unknown)}")
         run_at = options.get("run_at")
@@ -117,6 +122,8 @@ class GraphManager(BulkProducerManager):
                 raise InvalidJob(f"job {index}: a batch with dependencies takes no dedupe keys")
             if getattr(job, "fairness_key", None) is not None:
                 raise InvalidJob(f"job {index}: a batch with dependencies takes no fairness keys")
+            if getattr(job, "shard_key", None) is not None:
+                raise InvalidJob(f"job {index}: a batch with dependencies takes no shard keys (one database)")
             nodes.append(GraphNode(
                 job.task, job.payload, queue=job.queue, priority=job.priority, run_at=job.run_at,
                 max_attempts=job.max_attempts, concurrency_key=job.concurrency_key, tags=job.tags,

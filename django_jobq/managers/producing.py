@@ -13,7 +13,7 @@ from .. import fairness, tracing, validation
 from ..conf import home_database, jobq_settings
 from ..exceptions import DedupeKeyConflict, InvalidJob, QueueFull
 from ..registry import find_task, get_task
-from ..shards import database_for, databases_of_queue, on_shard, outbox_source, shard_key
+from ..shards import database_for, databases_of_queue, on_shard, outbox_source, placement_key
 from .outbox import OutboxManager
 
 
@@ -32,11 +32,9 @@ class NewJob(NamedTuple):
     concurrency_key: str | None = None
     tags: Sequence[str] | None = None
     fairness_key: str | None = None  # the key a fair queue serves round-robin (JOBQ["QUEUES"][q]["FAIR"])
-    shard_key: str | None = (
-        None  # the key a spread queue places the job by, without dedupe or concurrency key
-    )
     depends_on: Sequence[int] | None = None  # existing jobs it waits for (django_jobq.workflows)
     on_dependency_failure: str = "cancel"
+    shard_key: str | None = None  # places a job of a spread queue that has no dedupe or concurrency key
 
 
 class Enqueued(NamedTuple):
@@ -163,7 +161,7 @@ class ProducerManager(OutboxManager):
         explicit = validation.shard_key(explicit)
         if key is not None:
             self._refuse_split_key(task, queue, concurrency_key)
-        return database_for(queue, shard_key(key, concurrency_key, explicit))
+        return database_for(queue, placement_key(key, concurrency_key, explicit))
 
     @staticmethod
     def _refuse_split_key(task: str, queue: str, concurrency_key: str | None) -> None:
@@ -312,6 +310,7 @@ class ProducerManager(OutboxManager):
         concurrency_key: str | None = None,
         tags: Sequence[str] | None = None,
         fairness_key: str | None = None,
+        shard_key: str | None = None,
     ) -> tuple[int, bool]:
         """(job id, created): the job holding ``dedupe_key`` (active, or finished inside its window, a
         cache hit), or a new one this call inserted. One statement decides; see enqueue.
@@ -319,7 +318,7 @@ class ProducerManager(OutboxManager):
         row, created = self.enqueue_or_get_row(
             task, payload, dedupe_key=dedupe_key, queue=queue, priority=priority, run_at=run_at,
             delay=delay, max_attempts=max_attempts, dedupe_done=dedupe_done, dedupe_dead=dedupe_dead,
-            concurrency_key=concurrency_key, tags=tags, fairness_key=fairness_key,
+            concurrency_key=concurrency_key, tags=tags, fairness_key=fairness_key, shard_key=shard_key,
         )  # fmt: skip
         return row.id, created
 

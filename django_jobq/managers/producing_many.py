@@ -7,12 +7,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 
 from .. import fairness, tracing, validation
 from ..conf import jobq_settings
-from ..exceptions import InvalidJob, JobqError, PartlyWritten
-from ..shards import database_for, on_shard, refuse_foreign_transaction, shard_key, working_database
+from ..exceptions import ForeignTransaction, InvalidJob, JobqError, PartlyWritten, SpansDatabases
+from ..shards import choose, on_shard, placement_key, shared_databases, working_database
 from ..sql.engine import NewRow
 from .base import retrying_conflicts
 from .producing import NewJob, ProducerManager
@@ -22,8 +22,9 @@ class BulkProducerManager(ProducerManager):
     def enqueue_many(self, jobs: Iterable[NewJob], *, on_duplicate: str = "skip") -> list[int]:
         """Insert many jobs in one statement; the ids of those inserted (and, with on_duplicate
         "replace", of the PENDING holders replaced). Keys and modes as for enqueue; of jobs repeating
-        a key inside the batch the first wins. All or nothing: an invalid job raises (its message names
-        its index) and nothing is written."""
+        a key inside the batch the first wins. An invalid job raises (its message names its index)
+        and nothing is written. All or nothing on one database; jobs for several (JOBQ["SHARDS"]) are
+        written per database, their ids grouped by database (PartlyWritten: docs/operations/shards.md)."""
         if on_duplicate not in ("skip", "replace"):
             raise InvalidJob(
                 f"enqueue_many's on_duplicate must be 'skip' or 'replace', not {on_duplicate!r:.100}"
@@ -41,24 +42,39 @@ class BulkProducerManager(ProducerManager):
     def _placed(self, jobs: list[NewJob]) -> dict[str, list[NewJob]]:
         """``jobs`` by the database each goes to (django_jobq.shards.database_for), in order; the jobs
         of one queue without a shard key all go to one database (one statement, all or nothing)."""
-        placed: dict[str, list[NewJob]] = {}
-        keyless: dict[str, str] = {}  # queue -> the database of its jobs without a shard key
+        found: list[tuple[NewJob, str | None]] = []  # each job, and its database if a key places it
+        keyless: set[str] = set()  # the queues of the jobs without a shard key
         for index, job in enumerate(jobs):
             if not isinstance(job, NewJob):  # refused with its index by _rows
-                placed.setdefault(working_database(), []).append(job)
+                found.append((job, working_database()))
                 continue
             try:
                 queue = self._options(job.task, job.queue, job.priority, job.max_attempts)[1]
                 key = validation.dedupe_key(job.dedupe_key)
                 concurrency_key = validation.concurrency_key(job.concurrency_key)
-                if shard_key(key, concurrency_key, validation.shard_key(job.shard_key)) is None:
-                    alias = keyless.get(queue) or keyless.setdefault(queue, database_for(queue))
+                if placement_key(key, concurrency_key, validation.shard_key(job.shard_key)) is None:
+                    keyless.add(queue)
+                    found.append((job, None))
                 else:
-                    alias = self._placement(job.task, queue, key, concurrency_key, job.shard_key)
+                    found.append((job, self._placement(job.task, queue, key, concurrency_key, job.shard_key)))
             except InvalidJob as exc:
                 raise type(exc)(f"job {index}: {exc}") from None
-            placed.setdefault(alias, []).append(job)
+        together = self._keyless_database(keyless)
+        placed: dict[str, list[NewJob]] = {}
+        for job, alias in found:
+            placed.setdefault(alias or together(job), []).append(job)
         return placed
+
+    def _keyless_database(self, queues: set[str]) -> Any:
+        """job -> the database of a job without a shard key: one that every queue of ``queues``
+        shares, when there is one (the batch's key-less jobs then go in one statement), else one per
+        queue; chosen as database_for does."""
+        try:
+            shared = choose(shared_databases(queues), None)
+            return lambda job: shared
+        except SpansDatabases:
+            each = {queue: choose(shared_databases([queue]), None) for queue in queues}
+            return lambda job: each[self._options(job.task, job.queue, job.priority, job.max_attempts)[1]]
 
     def _enqueue_spread(
         self, placed: dict[str, list[NewJob]], jobs: list[NewJob], on_duplicate: str
@@ -68,8 +84,12 @@ class BulkProducerManager(ProducerManager):
         others committed raises PartlyWritten with the ids written."""
         for _ in self._rows(jobs, set()):
             pass  # every job checked before any database is written
-        for alias in placed:
-            refuse_foreign_transaction(alias)  # a transaction open anywhere: they could not commit with it
+        if open_on := [c.alias for c in connections.all(initialized_only=True) if c.in_atomic_block]:
+            raise ForeignTransaction(
+                f"these jobs go to databases {', '.join(placed)}, and a transaction is open on "
+                f"{', '.join(open_on)}: they could not commit or roll back with it together. Enqueue "
+                "them after the commit, or each database's inside its own transaction"
+            )
         written: list[int] = []
         for alias, batch in placed.items():
             try:

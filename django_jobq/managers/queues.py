@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import DatabaseError
+
 from .. import validation
 from ..conf import jobq_settings
+from ..exceptions import JobqError
 from ..notify.listener import STATE_CHANGED
 from ..shards import databases_of_queue, on_shard
 from .base import BaseJobManager
@@ -24,12 +27,22 @@ class QueueStateManager(BaseJobManager):
 
     def _changed(self, statement: Any, name: str, by: str | None) -> bool:
         params = self._state_params(name, by)
-        changed = False
+        changed, failed = False, []
         for alias in databases_of_queue(params["name"]):  # its workers read its state there
-            with on_shard(alias):
-                if self._execute(statement, params):
-                    changed = True
-                    self._wake([STATE_CHANGED])
+            try:
+                with on_shard(alias):
+                    if self._execute(statement, params):
+                        changed = True
+                        self._wake([STATE_CHANGED])
+            except DatabaseError as exc:
+                if len(databases_of_queue(params["name"])) == 1:
+                    raise
+                failed.append(f"{alias} ({exc})")
+        if failed:  # the others changed: calling again finishes the change (each statement is idempotent)
+            raise JobqError(
+                f"queue {params['name']!r} was not changed on {'; '.join(failed)}; it was on its other "
+                "databases: call again once they are back"
+            )
         return changed
 
     def paused_queues(self) -> list[str]:

@@ -104,6 +104,16 @@ def test_a_key_is_placed_by_its_shard_number_and_a_new_database_moves_only_the_k
     assert all(800 <= shares[alias] <= 1200 for alias in ALIASES), shares  # about a third each
 
 
+def test_a_keys_place_follows_its_databases_shard_number_not_its_alias(spread, settings):
+    keys = [f"customer-{n}" for n in range(500)]
+    before = [shards.choose(["default", "jobs2"], key) for key in keys]
+    settings.JOBQ = {**settings.JOBQ, "SHARDS": {"jobs3": 1}, "QUEUES": {}}  # jobs2's number, renamed
+    after = [shards.choose(["default", "jobs3"], key) for key in keys]
+    assert after == [alias.replace("jobs2", "jobs3") for alias in before]
+    settings.JOBQ = {**settings.JOBQ, "SHARDS": {"jobs3": 2}}  # another number: other keys
+    assert [shards.choose(["default", "jobs3"], key) for key in keys] != after
+
+
 def test_a_spread_queue_has_no_one_database(spread):
     with pytest.raises(SpansDatabases, match="spread over databases default, jobs2, jobs3"):
         shards.database_of_queue("feeds")
@@ -225,6 +235,46 @@ def test_enqueue_many_over_several_databases_is_refused_whole(spread):
     with pytest.raises(ForeignTransaction), transaction.atomic(using="jobs2"):
         Job.objects.enqueue_many(jobs)  # jobs3's could not commit with it
     assert total() == 0
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_batch_for_the_home_database_and_a_shard_is_refused_in_any_transaction(spread):
+    jobs = [NewJob("test.noop", queue="feeds", dedupe_key=f"k{n}") for n in range(30)]  # every database
+    for alias in ALIASES:
+        with (
+            pytest.raises(ForeignTransaction, match="a transaction is open on"),
+            transaction.atomic(using=alias),
+        ):
+            Job.objects.enqueue_many(jobs)
+    assert total() == 0
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_batchs_keyless_jobs_go_to_one_database_their_queues_share(spread):
+    for _ in range(4):
+        ids = Job.objects.enqueue_many(
+            [
+                NewJob("test.noop", queue="feeds"),
+                NewJob("test.noop", queue="pair"),
+                NewJob("test.noop", queue="feeds"),
+            ]
+        )
+        assert len(ids) == 3 and len(where(ids)) == 1 and "default" not in where(ids)
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_tasks_shard_key_places_its_job_and_workflows_take_none(spread):
+    from tests.testapp.tasks import noop
+
+    job_id = noop.using(queue="pair", shard_key="acme").enqueue()
+    assert shards.database_of_job(job_id) == shards.database_for("pair", "acme")
+    with pytest.raises(InvalidJob, match="no shard_key"):
+        noop.using(queue="pair", shard_key="acme").s()
+    with pytest.raises(InvalidJob, match="no shard_key"):
+        Job.objects.enqueue("test.noop", queue="pair", shard_key="acme", depends_on=[job_id])
+    with pytest.raises(InvalidJob, match=r"job 0: .*no shard keys"):
+        Job.objects.enqueue_many([NewJob("test.noop", queue="pair", shard_key="acme", depends_on=[job_id])])
+    assert total() == 1
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
