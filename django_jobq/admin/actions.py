@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import capfirst
 
-from ..conf import jobq_settings
+from ..conf import home_database, jobq_settings
 from ..console import bulk
 from ..console.selection import Selection
 from ..exceptions import JobqError
@@ -87,6 +87,14 @@ class ConfirmedActions(_JobModelAdmin):
         confirmed: bool,
     ) -> HttpResponse | None:
         database = jobq_settings().database
+        if database != home_database():  # its BulkAction and its job are the home database's
+            self.message_user(
+                request,
+                f"Nothing was done: an action over every matching job runs on {home_database()!r} only; "
+                f"on {database!r}, select the jobs of a page.",
+                messages.ERROR,
+            )
+            return None
         try:
             if confirmed:
                 signed = signing.loads(

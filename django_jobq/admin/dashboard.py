@@ -9,13 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from .. import dashboard
+from ..conf import jobq_settings, on_database
 from ..dashboard.workflows import WORKFLOWS_LIMIT
+from ..shards import every_database, working_database
 from .common import breadcrumbs, console_alias, exact_time, lanes_text, time_cell
+from .databases import PARAMETER, label
 from .queues import may_pause
 
 if TYPE_CHECKING:
@@ -28,6 +32,7 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
         raise PermissionDenied
     alias = console_alias(request)
     snap = dashboard.snapshot(using=alias)
+    databases = _databases(snap)
     paused = {p.queue: p for p in snap.paused}
     refresh = request.GET.get("refresh", "")
     opts = model_admin.opts
@@ -62,8 +67,39 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
         "workflows_limit": WORKFLOWS_LIMIT,
         "jobs_url": reverse("admin:django_jobq_job_changelist"),
         "dead_url": reverse("admin:django_jobq_deadjob_changelist"),
+        **databases,
     }
     return TemplateResponse(request, "admin/django_jobq/dashboard.html", context)
+
+
+def _databases(snap: dashboard.Snapshot) -> dict[str, Any]:
+    """With JOBQ["SHARDS"]: a row of totals per database (``snap`` is the one the page shows; a
+    database that cannot be read is a row that says so), their sum, and the query that keeps the
+    page's links on its database. Runs inside on_requested_database."""
+    if not jobq_settings().shards:
+        return {"on_db": ""}
+    shown = working_database()
+    rows: list[dict[str, Any]] = []
+    for alias in every_database():
+        row: dict[str, Any] = {"alias": alias, "label": label(alias), "selected": alias == shown}
+        if alias == shown:
+            row["total"] = snap.total
+        else:
+            try:
+                with on_database(alias):
+                    row["total"] = dashboard.snapshot(using=alias).total
+            except DatabaseError as exc:
+                connections[alias].close()
+                row["error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        rows.append(row)
+    read = [row["total"] for row in rows if "total" in row]
+    return {
+        "on_db": f"{PARAMETER}={shown}&",
+        "databases": rows,
+        "databases_read": len(read),
+        "databases_total": dashboard.total(read),
+        "selected_label": label(shown),
+    }
 
 
 def _workflow_url(workflow_id: int) -> str:

@@ -34,6 +34,7 @@ from .common import (
     time_cell,
 )
 from .dashboard import dashboard_view
+from .databases import OnRequestedDatabase, routed
 from .job_page import JobPage
 from .listing import (
     NARROW_STATUSES,
@@ -71,7 +72,7 @@ class WorkflowFilter(admin.SimpleListFilter):
 
 
 @admin.register(Job)
-class JobAdmin(JobPage, CancelActions, RequeueActions):
+class JobAdmin(OnRequestedDatabase, JobPage, CancelActions, RequeueActions):
     list_display: tuple[str, ...] = (
         "id",
         "task_cell",
@@ -311,7 +312,7 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
         urls = [
             path(
                 "<path:object_id>/requeue/",
-                self.admin_site.admin_view(self.requeue_view),
+                self.admin_site.admin_view(routed(self.requeue_view)),
                 name=f"{name}_requeue",
             )
         ]
@@ -319,14 +320,14 @@ class JobAdmin(JobPage, CancelActions, RequeueActions):
             urls.append(
                 path(
                     "<path:object_id>/cancel/",
-                    self.admin_site.admin_view(self.cancel_view),
+                    self.admin_site.admin_view(routed(self.cancel_view)),
                     name=f"{name}_cancel",
                 )
             )
             urls.append(
                 path(
                     "dashboard/",
-                    self.admin_site.admin_view(self.dashboard_view),
+                    self.admin_site.admin_view(routed(self.dashboard_view)),
                     name="django_jobq_dashboard",
                 )
             )

@@ -27,6 +27,7 @@ from ..status import FINISHED, JobStatus
 from ..workflows import Workflow as WorkflowHandle
 from ..workflows import WorkflowStatus
 from .common import OnQueueDatabase, breadcrumbs, loaded_from, log, time_cell
+from .databases import OnRequestedDatabase, routed
 
 if TYPE_CHECKING:  # ModelAdmin is generic for the type checker only
     _WorkflowModelAdmin = admin.ModelAdmin[Workflow]
@@ -89,7 +90,7 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(_WorkflowModelAdmin):
+class WorkflowAdmin(OnRequestedDatabase, _WorkflowModelAdmin):
     list_display: tuple[str, ...] = ("id", "name_display", "created", "jobs", "state")
     list_display_links = ("id", "name_display")
     list_filter = (StateFilter,)
@@ -127,7 +128,8 @@ class WorkflowAdmin(_WorkflowModelAdmin):
     # -- list ------------------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         counts = {f"jobs_{state.name.lower()}": _jobs_in(state) for state in STATES}
-        return super().get_queryset(request).annotate(**counts)
+        workflows: QuerySet[Any] = super().get_queryset(request).annotate(**counts)
+        return workflows
 
     @admin.display(description="created", ordering="id")
     def created(self, obj: Workflow) -> SafeString | str:
@@ -186,7 +188,7 @@ class WorkflowAdmin(_WorkflowModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         cancel = path(
             "<int:workflow_id>/cancel/",
-            self.admin_site.admin_view(self.cancel_view),
+            self.admin_site.admin_view(routed(self.cancel_view)),
             name="django_jobq_workflow_cancel",
         )
         return [cancel, *super().get_urls()]

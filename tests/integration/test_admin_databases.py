@@ -1,0 +1,146 @@
+"""The console over several databases (django_jobq.admin.databases), against two real servers of
+their own beside the test database (tests/servers/shards.py): each list shows the database it is
+asked for, a job's pages follow the database its id names, actions change the jobs of the database
+shown, the dashboard adds the databases up, and a database that is down is a page that says so,
+never a server error."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from django_jobq.conf import on_database
+from django_jobq.models import Job, JobStatus
+from tests.integration.conftest import dead_job, make_job
+from tests.servers.shards import SHARDS
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing]
+ALIASES = ["default", *SHARDS]
+JOBS = "/admin/django_jobq/job/"
+DEAD = "/admin/django_jobq/deadjob/"
+DASHBOARD = "/admin/django_jobq/job/dashboard/"
+
+
+def ids_listed(page: str) -> set[int]:
+    """The job ids of a list page's rows (their checkboxes)."""
+    return {int(i) for i in re.findall(r'name="_selected_action" value="(\d+)"', page)}
+
+
+def on(alias: str, **fields) -> Job:
+    with on_database(alias):
+        return make_job(**fields)
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_job_list_shows_the_database_asked_for(placed, admin_client):
+    home = [on("default").id for _ in range(2)]
+    second = [on("jobs2", queue="reports").id for _ in range(3)]
+    page = admin_client.get(JOBS).content.decode()
+    assert ids_listed(page) == set(home)  # the home database, unless another is asked for
+    assert "By database" in page and "jobs2 (shard 1)" in page and "jobs3 (shard 2)" in page
+    response = admin_client.get(JOBS, {"database": "jobs2"})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert ids_listed(page) == set(second)
+    assert "3 jobs" in page or "3 job" in page  # the count is that database's
+    filtered = admin_client.get(JOBS, {"database": "jobs2", "queue": "reports"}).content.decode()
+    assert ids_listed(filtered) == set(second)  # the other filters apply on it, and keep it
+    assert "database=jobs2" in filtered
+
+
+@pytest.mark.parametrize("asked", ["nowhere", "x'; drop table jobq_job; --", "jobs2\x00", ""])
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_database_that_is_not_jobqs_shows_the_home_one(placed, admin_client, asked):
+    home = on("default").id
+    on("jobs2", queue="reports")
+    response = admin_client.get(JOBS, {"database": asked})
+    assert response.status_code == 200
+    assert ids_listed(response.content.decode()) == {home}
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_jobs_page_and_its_actions_follow_the_database_its_id_names(placed, admin_client):
+    job = on("jobs3", queue="archive", payload={"order": 77})
+    dead = None
+    with on_database("jobs3"):
+        dead = dead_job(queue="archive", task="test.flaky")
+    page = admin_client.get(f"{JOBS}{job.id}/change/")
+    assert page.status_code == 200 and "77" in page.content.decode()
+    response = admin_client.post(f"{JOBS}{dead.id}/requeue/", {"post": "yes"}, follow=True)
+    assert response.status_code == 200
+    assert Job.objects.using("jobs3").get(id=dead.id).status == JobStatus.PENDING
+    response = admin_client.post(f"{JOBS}{job.id}/cancel/", follow=True)
+    assert response.status_code == 200
+    assert Job.objects.using("jobs3").get(id=job.id).status == JobStatus.CANCELLED
+    assert admin_client.get(f"{JOBS}{(5 << 48) + 1}/change/", follow=True).status_code == 200  # no shard 5
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_list_action_changes_the_jobs_of_the_database_shown(placed, admin_client):
+    jobs = [on("jobs2", queue="reports") for _ in range(3)]
+    home = on("default")
+    data = {
+        "action": "cancel_selected",
+        "index": "0",
+        "_selected_action": [str(j.id) for j in jobs],
+        "post": "yes",
+    }
+    response = admin_client.post(f"{JOBS}?database=jobs2", data, follow=True)
+    assert response.status_code == 200
+    assert {j.status for j in Job.objects.using("jobs2").all()} == {JobStatus.CANCELLED}
+    assert Job.objects.using("default").get(id=home.id).status == JobStatus.PENDING
+    everything = {
+        "action": "cancel_selected",
+        "index": "0",
+        "select_across": "1",
+        "_selected_action": [str(jobs[0].id)],
+    }
+    response = admin_client.post(f"{JOBS}?database=jobs2", everything, follow=True)
+    assert "an action over every matching job runs on" in response.content.decode()
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_dead_letters_are_those_of_the_database_shown(placed, admin_client):
+    with on_database("jobs3"):
+        shard_dead = dead_job(queue="archive", task="test.shard_only", exc="KeyError")
+    dead_job(task="test.home_only", exc="ValueError")
+    page = admin_client.get(DEAD, {"database": "jobs3"}).content.decode()
+    assert ids_listed(page) == {shard_dead.id}
+    assert "test.shard_only" in page and "KeyError" in page and "test.home_only" not in page
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_dashboard_adds_the_databases_up_and_names_one_that_is_down(placed, admin_client):
+    on("default")
+    for _ in range(2):
+        on("jobs2", queue="reports")
+    for _ in range(4):
+        on("jobs3", queue="archive")
+    page = admin_client.get(DASHBOARD).content.decode()
+    table = page[page.index('id="jobq-databases"') :]
+    assert "all 3 of 3 databases" in table
+    assert re.search(r"all 3 of 3 databases</th><td class=\"jobq-num\">7<", table), table[:2000]
+    shown = admin_client.get(DASHBOARD, {"database": "jobs3"}).content.decode()
+    assert "are those of jobs3 (shard 2)" in shown and "database=jobs3&amp;" in shown
+    placed["jobs3"].stop("fast")
+    try:
+        page = admin_client.get(DASHBOARD)
+        assert page.status_code == 200
+        assert "cannot be read" in page.content.decode() and "all 2 of 3 databases" in page.content.decode()
+        down = admin_client.get(JOBS, {"database": "jobs3"})
+        assert down.status_code == 503
+        assert "Database <strong>jobs3 (shard 2)</strong> cannot be read" in down.content.decode()
+        assert ids_listed(admin_client.get(JOBS, {"database": "jobs2"}).content.decode())  # the others serve
+    finally:
+        placed["jobs3"].start()
+    assert admin_client.get(JOBS, {"database": "jobs3"}).status_code == 200  # back, once it is
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unsharded_the_console_has_no_database_filter(shard_servers, settings, admin_client):
+    settings.JOBQ = {key: value for key, value in settings.JOBQ.items() if key != "SHARDS"}
+    make_job()
+    page = admin_client.get(JOBS).content.decode()
+    assert "By database" not in page
+    assert 'id="jobq-databases"' not in admin_client.get(DASHBOARD).content.decode()
