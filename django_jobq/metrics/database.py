@@ -28,6 +28,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from django.db import connections
@@ -36,10 +37,11 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..conf import jobq_settings
+from ..conf import jobq_settings, on_database
 from ..managers.seats import task_seats
 from ..registry import capped_tasks
 from ..replica import read_alias, replica_lag
+from ..shards import every_database
 from ..sql import engine_of
 from ..status import JobStatus
 
@@ -148,8 +150,48 @@ def _up(value: int) -> GaugeMetricFamily:
 
 
 def read_figures() -> list[GaugeMetricFamily]:
-    """The figures, read from the read alias (django_jobq.replica) on a connection opened for this read
-    and closed after it; jobq_database_up 0 alone when they could not be read."""
+    """The figures: of the read alias (django_jobq.replica), or with JOBQ["SHARDS"] of every
+    database at once, each series labelled with its ``database`` (jobq_database_up too: a database
+    that cannot be read is 0 while the others are reported)."""
+    conf = jobq_settings()
+    if not conf.shards:
+        return _read_one()
+    reads: dict[str, Future[list[GaugeMetricFamily]]] = {}
+    with _READS_LOCK:  # a database whose last read has not ended yet is not read again meanwhile
+        for alias in every_database():
+            if (running := _READS.get(alias)) is None or running.done():
+                _READS[alias] = _READERS.submit(_read_on, alias)
+            reads[alias] = _READS[alias]
+    wait(reads.values(), timeout=SHARD_SHARE * conf.metrics_timeout_seconds)
+    merged: dict[str, GaugeMetricFamily] = {}
+    for alias, read in reads.items():
+        families = read.result() if read.done() else [_up(0)]
+        for family in families:
+            family.samples = [
+                sample._replace(labels={**sample.labels, "database": alias}) for sample in family.samples
+            ]
+            if family.name in merged:
+                merged[family.name].samples += family.samples
+            else:
+                merged[family.name] = family
+    return list(merged.values())
+
+
+SHARD_SHARE = 0.8  # of the scrape's deadline, what the reads of every database are waited for
+_READERS = ThreadPoolExecutor(thread_name_prefix="jobq-metrics-database")
+_READS: dict[str, Future[list[GaugeMetricFamily]]] = {}  # each database's latest read
+_READS_LOCK = threading.Lock()
+
+
+def _read_on(alias: str) -> list[GaugeMetricFamily]:
+    """_read_one() on ``alias`` (its own thread: the context is set here)."""
+    with on_database(alias):
+        return _read_one()
+
+
+def _read_one() -> list[GaugeMetricFamily]:
+    """The figures of the database this context works on, read from its read alias on a connection
+    opened for this read and closed after it; jobq_database_up 0 alone when they could not be read."""
     conf = jobq_settings()
     wrapper = reading_connection(read_alias(), conf.metrics_timeout_seconds)
     try:

@@ -1,0 +1,74 @@
+"""The database figures over several databases (django_jobq.metrics.database with JOBQ["SHARDS"]),
+against two real servers of their own beside the test database (tests/servers/shards.py): every
+series of every database, labelled with it, and a database that is down a figure of its own while
+the others are reported."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_jobq import metrics
+from django_jobq.models import Job
+from tests.servers.shards import SHARDS
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_facing]
+ALIASES = ["default", *SHARDS]
+
+
+def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(metrics.REGISTRY).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def of(found: dict, name: str, **labels: str) -> float | None:
+    return found.get((name, tuple(sorted(labels.items()))))
+
+
+@pytest.fixture
+def fresh_figures():
+    metrics.enable_database_metrics()
+    collector = metrics.database_collector()
+    collector.forget()
+    yield collector
+    collector.forget()
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_every_databases_figures_are_labelled_with_it(placed, fresh_figures):
+    Job.objects.enqueue("test.noop")
+    for _ in range(2):
+        Job.objects.enqueue("test.noop", queue="reports")
+    for _ in range(3):
+        Job.objects.enqueue("test.noop", queue="archive", delay=3600)
+    found = samples()
+    for alias in ALIASES:
+        assert of(found, "jobq_database_up", database=alias) == 1, alias
+    assert of(found, "jobq_queue_jobs", database="default", queue="default", state="pending") == 1
+    assert of(found, "jobq_queue_jobs", database="jobs2", queue="reports", state="pending") == 2
+    assert of(found, "jobq_queue_due_jobs", database="jobs2", queue="reports") == 2
+    assert of(found, "jobq_queue_jobs", database="jobs3", queue="archive", state="pending") == 3
+    assert of(found, "jobq_queue_due_jobs", database="jobs3", queue="archive") == 0
+    assert not [key for key in found if key[0].startswith("jobq_queue") and "database" not in dict(key[1])]
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_database_that_is_down_is_a_figure_while_the_others_are_reported(placed, fresh_figures):
+    Job.objects.enqueue("test.noop", queue="reports")
+    placed["jobs3"].stop("fast")
+    try:
+        found = samples()
+        assert of(found, "jobq_database_up", database="jobs3") == 0
+        assert of(found, "jobq_database_up", database="jobs2") == 1
+        assert of(found, "jobq_database_up", database="default") == 1
+        assert of(found, "jobq_queue_jobs", database="jobs2", queue="reports", state="pending") == 1
+        assert of(found, "jobq_queue_jobs", database="jobs3", queue="archive", state="pending") is None
+    finally:
+        placed["jobs3"].start()
+    fresh_figures.forget()
+    assert of(samples(), "jobq_database_up", database="jobs3") == 1  # back, once it is
