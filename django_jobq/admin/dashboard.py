@@ -19,7 +19,7 @@ from ..conf import jobq_settings, on_database
 from ..dashboard.workflows import WORKFLOWS_LIMIT
 from ..shards import every_database, working_database
 from .common import breadcrumbs, console_alias, exact_time, lanes_text, time_cell
-from .databases import PARAMETER, label
+from .databases import database_query, label
 from .queues import may_pause
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def _databases(snap: dashboard.Snapshot) -> dict[str, Any]:
     database that cannot be read is a row that says so), their sum, and the query that keeps the
     page's links on its database. Runs inside on_requested_database."""
     if not jobq_settings().shards:
-        return {"on_db": ""}
+        return {"on_db": "", "db_link": ""}
     shown = working_database()
     rows: list[dict[str, Any]] = []
     for alias in every_database():
@@ -86,19 +86,21 @@ def _databases(snap: dashboard.Snapshot) -> dict[str, Any]:
             row["total"] = snap.total
         else:
             try:
-                with on_database(alias):
-                    row["total"] = dashboard.snapshot(using=alias).total
+                with on_database(alias):  # from its read alias (a replica of the home database)
+                    row["total"] = dashboard.snapshot().total
             except DatabaseError as exc:
                 connections[alias].close()
                 row["error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         rows.append(row)
     read = [row["total"] for row in rows if "total" in row]
     return {
-        "on_db": f"{PARAMETER}={shown}&",
+        "on_db": database_query(),
+        "db_link": f"?{database_query()[:-1]}",
         "databases": rows,
         "databases_read": len(read),
         "databases_total": dashboard.total(read),
         "selected_label": label(shown),
+        "selected_alias": shown,
     }
 
 

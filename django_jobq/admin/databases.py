@@ -12,13 +12,16 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import URLPattern
 
 from ..conf import home_database, jobq_settings, on_database
+from ..console.databases import PARAMETER
+from ..console.databases import database_query as database_query  # for the pages' links
+from ..console.search import WORKFLOW_PREFIX
 from ..exceptions import UnknownShard
 from ..shards import database_of_job, every_database, shard_number
 
@@ -31,20 +34,31 @@ else:
 
 logger = logging.getLogger("django_jobq")
 
-PARAMETER = "database"  # the query parameter that names the database a page shows
-
 
 def requested_database(request: HttpRequest, object_id: str | None = None) -> str:
     """The database a console request works on: the one ``object_id`` (a job's or workflow's id)
-    names, else ``?database=``, else JOBQ["DATABASE"]. An alias that is not one of jobq's databases
-    is ignored (the home database is shown)."""
-    if object_id is not None and object_id.isdigit() and len(object_id) < 20:
-        try:
-            return database_of_job(int(object_id))
-        except UnknownShard:
-            return home_database()
+    names, else ``?database=``, else the one the id searched for names (``?q=ID``, ``?q=workflow:ID``,
+    ``?workflow=ID``), else JOBQ["DATABASE"]. An alias that is not one of jobq's databases is
+    ignored."""
+    if object_id is not None:
+        return _database_named_by(object_id)
     asked = request.GET.get(PARAMETER)
-    return asked if asked in every_database() else home_database()
+    if asked in every_database():
+        return str(asked)
+    term = request.GET.get("q", "").strip()
+    if term.startswith(WORKFLOW_PREFIX):
+        term = term[len(WORKFLOW_PREFIX) :].strip()
+    return _database_named_by(term or request.GET.get("workflow", ""))
+
+
+def _database_named_by(text: str) -> str:
+    """The database an id (as text) names; JOBQ["DATABASE"] for anything else."""
+    if not (text.isascii() and text.isdigit() and len(text) < 20):
+        return home_database()
+    try:
+        return database_of_job(int(text))
+    except UnknownShard:
+        return home_database()
 
 
 def label(alias: str) -> str:
@@ -67,9 +81,11 @@ def on_requested_database(
             if isinstance(response, TemplateResponse) and not response.is_rendered:
                 response.render()
             return response
-    except DatabaseError as exc:
+    except (OperationalError, InterfaceError) as exc:
+        if not _lost(alias):
+            raise  # another database's error, or this one's while it answers (a timeout): not an outage
         connections[alias].close()
-        logger.warning("console: database %s cannot be read: %s", alias, exc)
+        logger.warning("console: database %s cannot be read: %s", alias, exc, exc_info=True)
         context = {
             "title": f"Database {alias} cannot be read",
             "alias": label(alias),
@@ -77,7 +93,7 @@ def on_requested_database(
             "others": []  # a job's page is on its own database
             if object_id is not None
             else [(label(other), f"?{PARAMETER}={other}") for other in every_database() if other != alias],
-            "back": request.path,
+            "back": request.get_full_path() if request.method in ("GET", "HEAD") else request.path,
         }
         page = TemplateResponse(request, "admin/django_jobq/database_down.html", context, status=503)
         return page.render()
@@ -94,6 +110,17 @@ def routed(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseB
         return on_requested_database(request, object_id, lambda: view(request, *args, **kwargs))
 
     return on_its_database
+
+
+def _lost(alias: str) -> bool:
+    """``alias``'s connection is gone (never made, or it no longer answers)."""
+    connection = connections[alias]
+    if connection.connection is None:
+        return True
+    try:
+        return not connection.is_usable()
+    except DatabaseError:
+        return True
 
 
 class DatabaseFilter(admin.SimpleListFilter):

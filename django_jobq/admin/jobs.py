@@ -34,7 +34,7 @@ from .common import (
     time_cell,
 )
 from .dashboard import dashboard_view
-from .databases import OnRequestedDatabase, routed
+from .databases import OnRequestedDatabase, database_query, routed
 from .job_page import JobPage
 from .listing import (
     NARROW_STATUSES,
@@ -176,7 +176,11 @@ class JobAdmin(OnRequestedDatabase, JobPage, CancelActions, RequeueActions):
         return format_html_join(
             " ",
             '<a class="jobq-tag" href="{}?{}">{}</a>',
-            ((jobs, urlencode({"q": f"{TAG_PREFIX}{tag}"}), tag) for tag in tags if isinstance(tag, str)),
+            (
+                (jobs, database_query() + urlencode({"q": f"{TAG_PREFIX}{tag}"}), tag)
+                for tag in tags
+                if isinstance(tag, str)
+            ),
         )
 
     @admin.display(description="status", ordering="status")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -17,11 +18,12 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.urls import reverse
+from django.utils.http import urlencode
 
 from .. import validation
-from ..conf import jobq_settings
-from ..exceptions import InvalidJob
+from ..exceptions import InvalidJob, JobqError
 from ..models import Job, QueueState
+from ..shards import databases_of_queue, every_database
 from .common import log
 
 if TYPE_CHECKING:
@@ -50,17 +52,24 @@ def queue_state_view(model_admin: _JobModelAdmin, request: HttpRequest) -> HttpR
         return HttpResponseBadRequest("action must be pause or resume")
     done, method = ACTIONS[action]
     dashboard_url = reverse("admin:django_jobq_dashboard")
+    if (shown := request.POST.get("database")) in every_database():  # back to the database shown
+        dashboard_url += "?" + urlencode({"database": shown})
     try:
         queue = validation.queue(request.POST.get("queue", ""))
     except InvalidJob as exc:
         model_admin.message_user(request, f"Not a queue name: {exc}", messages.ERROR)
         return HttpResponseRedirect(dashboard_url)
     user = request.user.get_username()
-    if not getattr(Job.objects, method)(queue, by=user):
+    try:
+        changed = getattr(Job.objects, method)(queue, by=user)
+    except (JobqError, OperationalError, InterfaceError) as exc:  # a database of the queue is down
+        model_admin.message_user(request, f"Queue {queue}: {exc}", messages.ERROR)
+        return HttpResponseRedirect(dashboard_url)
+    if not changed:
         model_admin.message_user(request, f"Queue {queue} was already {done}.", messages.WARNING)
         return HttpResponseRedirect(dashboard_url)
     logger.info("queue %s %s by %s (admin)", queue, done, user)
-    state = QueueState.objects.using(jobq_settings().database).filter(name=queue)
-    log(request, state, CHANGE, f"Queue {done}")
+    for alias in databases_of_queue(queue):  # its state is kept on each of its databases
+        log(request, QueueState.objects.using(alias).filter(name=queue), CHANGE, f"Queue {done}")
     model_admin.message_user(request, f"Queue {queue} {done}.", messages.SUCCESS)
     return HttpResponseRedirect(dashboard_url)

@@ -58,7 +58,7 @@ def search(queryset: QuerySet[Any], term: str, *, narrowed: bool = False) -> tup
         return queryset.filter(workflow_id=workflow_id(term[len(WORKFLOW_PREFIX) :].strip())), False
     if term.startswith(KEY_PREFIX):  # the job holding the key: the unique index jobq_job_dedupe
         return queryset.filter(dedupe_key=term[len(KEY_PREFIX) :].strip(), key_released=False), False
-    if term.isdigit() and len(term) < 19:  # a job id: one probe of the primary key
+    if term.isascii() and term.isdigit() and len(term) < 19:  # a job id: one probe of the primary key
         return queryset.filter(id=int(term)), False
     if term.startswith("{"):
         found = payload_contains(queryset, term, vendor)
@@ -91,7 +91,7 @@ def newest(queryset: QuerySet[Any]) -> tuple[QuerySet[Any], bool]:
 
 def workflow_id(text: str) -> int:
     """The id of "workflow:ID" (the jobq_job_workflow index); BadSearch unless it is a positive integer."""
-    if not text.isdigit() or len(text) >= 19 or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or len(text) >= 19 or int(text) < 1:
         raise BadSearch(f'"{WORKFLOW_PREFIX}" takes a workflow id, not {text!r:.50}')
     return int(text)
 

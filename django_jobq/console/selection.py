@@ -25,7 +25,7 @@ from .search import NARROW_STATUSES, WINDOW, BadSearch, search, workflow_id
 
 # A list's parameters that do not change which jobs it holds: the sort, the page, "show all", the
 # admin's "invalid filter" flag, "show counts".
-IGNORED = frozenset({"o", "p", "all", "e", "_facets"})
+IGNORED = frozenset({"o", "p", "all", "e", "_facets", "database"})  # database: the page's (admin.databases)
 # The parameters each list filters on: the job list's status, queue, task, workflow filters and the
 # dead letters' task, exception and queue filters; both search (q).
 JOB_LIST = frozenset({"status__exact", "queue", "task", "workflow", "q"})

@@ -33,3 +33,21 @@ def jobq_replica_lag(context: dict[str, Any]) -> SafeString | str:
         lag.alias,
         behind,
     )
+
+
+@register.simple_tag
+def jobq_database_query() -> str:
+    """``database=ALIAS&`` for the links of a page shown on one of several databases
+    (django_jobq.admin.databases), so that they stay on it; "" without JOBQ["SHARDS"]."""
+    from ..console.databases import database_query
+
+    return database_query()
+
+
+@register.simple_tag
+def jobq_database_link() -> str:
+    """``?database=ALIAS`` to end a link to another page with (see jobq_database_query)."""
+    from ..console.databases import database_query
+
+    query = database_query()
+    return f"?{query[:-1]}" if query else ""
