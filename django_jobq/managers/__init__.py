@@ -17,6 +17,7 @@ from .consuming import ConsumerManager, result_json
 from .control import ControlManager
 from .graphs import GraphManager
 from .maintenance import MaintenanceManager
+from .moving import MoveManager
 from .producing import NewJob
 from .queues import QueueStateManager
 from .schedules import ScheduleStatementsManager
@@ -39,6 +40,7 @@ class JobManager(
     QueueStateManager,
     ScheduleStatementsManager,
     SeatManager,
+    MoveManager,
 ):
     async def aenqueue(self, *args: Any, **kwargs: Any) -> int | None:
         return await sync_to_async(self.enqueue)(*args, **kwargs)

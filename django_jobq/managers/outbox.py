@@ -108,11 +108,21 @@ class OutboxManager(BaseJobManager):
         return relayed
 
 
+# what a moved job (django_jobq.managers.moving) carries besides: its entry's name -> RELAY_JOBS's array
+MOVED = {
+    "attempts": "attempts", "error_count": "error_counts", "dedupe_key": "dedupe_keys",
+    "dedupe_done": "dedupe_dones", "dedupe_dead": "dedupe_deads", "errors": "errors",
+    "job_created_at": "job_created_ats", "last_error": "last_errors",
+}  # fmt: skip
+
+
 def _relay_params(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
     """RELAY_JOBS's arrays from outbox rows (id, job_id, database, job, created_at)."""
     jobs = [row[3] if isinstance(row[3], dict) else json.loads(row[3]) for row in rows]
-    params: dict[str, Any] = {array: [job.get(name) for job in jobs] for name, array in _ARRAYS.items()}
-    params["run_ats"] = [None if at is None else dt.datetime.fromisoformat(at) for at in params["run_ats"]]
+    names = {**_ARRAYS, **MOVED}
+    params: dict[str, Any] = {array: [job.get(name) for job in jobs] for name, array in names.items()}
+    for times in ("run_ats", "job_created_ats"):
+        params[times] = [None if at is None else dt.datetime.fromisoformat(at) for at in params[times]]
     params["ids"] = [int(row[1]) for row in rows]
     params["created_ats"] = [row[4] for row in rows]
     return params

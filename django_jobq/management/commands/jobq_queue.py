@@ -1,4 +1,5 @@
-"""manage.py jobq_queue pause|resume|status [NAME]: pause or resume a queue, or show its state."""
+"""manage.py jobq_queue pause|resume|status|move [NAME]: pause or resume a queue, show its state, or
+move its PENDING jobs off a database it is no longer on."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.db import DatabaseError
 
 from django_jobq import validation
 from django_jobq.conf import jobq_settings, on_database
-from django_jobq.exceptions import InvalidJob
+from django_jobq.exceptions import InvalidJob, JobqError
 from django_jobq.models import Job, QueueState
 from django_jobq.shards import databases_of_queue, every_database
 
@@ -19,12 +20,15 @@ BY = "manage.py jobq_queue"
 class Command(BaseCommand):
     help = (
         "Pause a queue (workers stop claiming its jobs; running jobs finish, enqueue goes on), resume it, "
-        "or show its state (without NAME: the paused queues)."
+        "or show its state (without NAME: the paused queues); move QUEUE --from ALIAS: move its PENDING jobs "
+        "left on a database it is no longer on to where JOBQ['QUEUES'] places it now."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=["pause", "resume", "status"])
-        parser.add_argument("name", nargs="?", help="the queue (required for pause and resume)")
+        parser.add_argument("action", choices=["pause", "resume", "status", "move"])
+        parser.add_argument("name", nargs="?", help="the queue (required for pause, resume and move)")
+        parser.add_argument("--from", dest="source", help="move: the database alias the jobs are left on")
+        parser.add_argument("--batch", type=int, default=500, help="move: jobs per transaction (1-500)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action, name = options["action"], options["name"]
@@ -35,6 +39,8 @@ class Command(BaseCommand):
                 name = validation.queue(name)
             if action == "status":
                 self._status(name)
+            elif action == "move":
+                self._move(name, options["source"], options["batch"])
             elif action == "pause":
                 changed = Job.objects.pause_queue(name, by=BY)
                 self.stdout.write(f"queue {name}: paused" if changed else f"queue {name}: already paused")
@@ -43,8 +49,22 @@ class Command(BaseCommand):
                 self.stdout.write(f"queue {name}: resumed" if changed else f"queue {name}: was not paused")
         except InvalidJob as exc:
             raise CommandError(f"bad queue name {name!r}: {exc}") from None
+        except JobqError as exc:
+            raise CommandError(str(exc)) from None
         except DatabaseError as exc:
             raise CommandError(f"the queue's database refused or could not be reached: {exc}") from exc
+
+    def _move(self, name: str, source: str | None, batch: int) -> None:
+        if source is None or source not in every_database():
+            known = ", ".join(every_database())
+            raise CommandError(f"move needs --from, one of jobq's databases ({known}), not {source!r:.100}")
+        moved, left = Job.objects.move_pending(name, source, batch=batch)
+        targets = ", ".join(databases_of_queue(name))
+        self.stdout.write(f"queue {name}: moved {moved} PENDING job(s) from {source} to {targets}")
+        if left:
+            self.stdout.write(
+                f"  {left} job(s) yet to run stay on {source}: in a workflow, or awaited by other jobs"
+            )
 
     def _status(self, name: str | None) -> None:
         if name is None:
