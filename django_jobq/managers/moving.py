@@ -8,7 +8,7 @@ between the two commits (the reaper relays what a move did not)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 
@@ -20,32 +20,53 @@ from .outbox import RELAY_BATCH, OutboxManager
 _TAKEN = (
     "id", "task", "queue", "payload", "priority", "run_at", "max_attempts", "concurrency_key", "tags",
     "trace_context", "fairness_key", "attempts", "error_count", "dedupe_key", "dedupe_done", "dedupe_dead",
-    "errors", "job_created_at", "last_error",
+    "errors", "job_created_at", "last_error", "key_released", "snoozes", "releases", "progress",
 )  # fmt: skip
-_JSON = ("payload", "tags", "trace_context", "errors")  # written as JSON text, as an enqueue's are
+_JSON = (
+    "payload",
+    "tags",
+    "trace_context",
+    "errors",
+    "progress",
+)  # written as JSON text, as an enqueue's are
+
+
+class Moved(NamedTuple):
+    """What a move did: jobs written where they go; dropped (their dedupe key held there: the ids
+    they would have had); left waiting in the outbox (their database did not answer); and jobs yet
+    to run still on the old database: that stay by rule (of a workflow, awaited) and others (PENDING
+    again since, a claim held them)."""
+
+    written: int
+    dropped: list[int]
+    waiting: int
+    stay: int
+    other: int
 
 
 class MoveManager(OutboxManager):
-    def move_pending(self, queue: str, source: str, *, batch: int = RELAY_BATCH) -> tuple[int, int]:
+    def move_pending(self, queue: str, source: str, *, batch: int = RELAY_BATCH) -> Moved:
         """Move ``queue``'s PENDING jobs from ``source`` (no longer one of its databases) to its
-        databases (a spread queue's by each job's shard key); (jobs moved, jobs yet to run left on
-        ``source``: PENDING or WAITING ones of a workflow or awaited by other jobs, whose edges stay
-        there). A job
-        whose dedupe key is held where it goes is dropped there as that holder's duplicate."""
+        databases (a spread queue's by each job's dedupe or concurrency key, else in turn); what
+        happened (Moved). A job whose dedupe key is held where it goes (by an active job, or a
+        finished one inside its window) is dropped there as that holder's duplicate, and logged."""
         targets = databases_of_queue(queue)
         if source in targets:
             raise JobqError(
                 f"queue {queue!r} is on {source!r}: move its jobs off a database it is no longer on"
             )
-        if not 1 <= batch <= RELAY_BATCH:
+        if not isinstance(batch, int) or not 1 <= batch <= RELAY_BATCH:
             raise JobqError(f"batch must be between 1 and {RELAY_BATCH}, not {batch!r}")
-        moved = 0
+        taken = waiting = 0
+        dropped: list[int] = []
         with on_shard(source):
             while entries := self._move_batch(queue, targets, batch):
-                self.relay_outbox(entries)  # what is not relayed now (a target down), the reaper relays
-                moved += len(entries)
-            left = int(self._execute(self._sql().MOVE_LEFT, {"queue": queue})[0][0])
-        return moved, left
+                taken += len(entries)
+                relayed, left_out = self._relay(entries, None)
+                dropped += left_out
+                waiting += len(entries) - relayed  # its database did not answer: the reaper relays them
+            stay, other = self._execute(self._sql().MOVE_LEFT, {"queue": queue})[0]
+        return Moved(taken - waiting - len(dropped), dropped, waiting, int(stay), int(other))
 
     def _move_batch(self, queue: str, targets: tuple[str, ...], batch: int) -> list[int]:
         """One batch off this database into its outbox, committed; its entries' ids."""

@@ -81,8 +81,12 @@ class OutboxManager(BaseJobManager):
         """Relay entries of the outbox of the database this context works on: those of ``ids``, and
         with ``grace`` those older than ``grace`` seconds, at most RELAY_BATCH; the number relayed.
         An entry whose database cannot be written stays for the next relay."""
+        return self._relay(ids, grace)[0]
+
+    def _relay(self, ids: list[int] | None, grace: float | None) -> tuple[int, list[int]]:
+        """relay_outbox(); and the ids of the moved jobs left out as duplicates of their key's holder."""
         source = working_database()
-        relayed = 0
+        relayed, dropped = 0, []
         with transaction.atomic(using=source):
             params = {"ids": ids or [], "grace": grace, "limit": RELAY_BATCH}
             taken = self._execute(self._sql().OUTBOX_TAKE, params)
@@ -93,7 +97,10 @@ class OutboxManager(BaseJobManager):
             for target, rows in by_target.items():
                 try:
                     with on_shard(target):
-                        self._execute(self._sql().RELAY_JOBS, self._notify_params(_relay_params(rows)))
+                        written = self._execute(
+                            self._sql().RELAY_JOBS, self._notify_params(_relay_params(rows))
+                        )
+                        dropped += self._dropped(rows, {int(row[0]) for row in written}, source, target)
                 except (DatabaseError, KeyError) as exc:  # KeyError: an alias no longer configured
                     if target in connections.settings:
                         connections[target].close()
@@ -105,14 +112,30 @@ class OutboxManager(BaseJobManager):
                 relayed += len(rows)
             if done:
                 self._execute(self._sql().OUTBOX_DONE, {"ids": done})
-        return relayed
+        return relayed, dropped
+
+    def _dropped(self, rows: list[tuple[Any, ...]], written: set[int], source: str, target: str) -> list[int]:
+        """The jobs of ``rows`` RELAY_JOBS left out that are not on ``target`` either (a relay
+        before wrote the others): moved jobs whose dedupe key is held there. Logged."""
+        missing = [int(row[1]) for row in rows if int(row[1]) not in written]
+        if not missing:
+            return []
+        there = {int(row[0]) for row in self._execute(self._sql().JOBS_PRESENT, {"ids": missing})}
+        dropped = [job_id for job_id in missing if job_id not in there]
+        if dropped:
+            logger.warning(
+                "outbox of %s: %d moved job(s) not written on %s, their dedupe key held there by "
+                "another job (its duplicate): %s", source, len(dropped), target, dropped[:20],
+            )  # fmt: skip
+        return dropped
 
 
 # what a moved job (django_jobq.managers.moving) carries besides: its entry's name -> RELAY_JOBS's array
 MOVED = {
     "attempts": "attempts", "error_count": "error_counts", "dedupe_key": "dedupe_keys",
     "dedupe_done": "dedupe_dones", "dedupe_dead": "dedupe_deads", "errors": "errors",
-    "job_created_at": "job_created_ats", "last_error": "last_errors",
+    "job_created_at": "job_created_ats", "last_error": "last_errors", "key_released": "key_releaseds",
+    "snoozes": "snoozes", "releases": "releases", "progress": "progresses",
 }  # fmt: skip
 
 

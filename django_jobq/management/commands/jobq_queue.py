@@ -58,12 +58,24 @@ class Command(BaseCommand):
         if source is None or source not in every_database():
             known = ", ".join(every_database())
             raise CommandError(f"move needs --from, one of jobq's databases ({known}), not {source!r:.100}")
-        moved, left = Job.objects.move_pending(name, source, batch=batch)
+        moved = Job.objects.move_pending(name, source, batch=batch)
         targets = ", ".join(databases_of_queue(name))
-        self.stdout.write(f"queue {name}: moved {moved} PENDING job(s) from {source} to {targets}")
-        if left:
+        self.stdout.write(f"queue {name}: moved {moved.written} PENDING job(s) from {source} to {targets}")
+        if moved.dropped:
+            self.stdout.write(f"  {len(moved.dropped)} dropped: their dedupe key is held there (duplicates)")
+        if moved.waiting:
             self.stdout.write(
-                f"  {left} job(s) yet to run stay on {source}: in a workflow, or awaited by other jobs"
+                f"  {moved.waiting} wait in {source}'s outbox: their database did not answer; "
+                f"{source}'s reaper relays them"
+            )
+        if moved.stay:
+            self.stdout.write(
+                f"  {moved.stay} job(s) yet to run stay on {source}: of a workflow, awaited by other "
+                "jobs or by a wait_for"
+            )
+        if moved.other:
+            self.stdout.write(
+                f"  {moved.other} PENDING job(s) came back or were held meanwhile: run the move again"
             )
 
     def _status(self, name: str | None) -> None:
