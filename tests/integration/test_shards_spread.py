@@ -7,18 +7,16 @@ calls reaching every database; and refusals before anything is written."""
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import threading
 from collections import Counter
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import call_command
 from django.db import transaction
-from django.utils import timezone
 
 from django_jobq import shards
-from django_jobq.conf import jobq_settings, on_database
+from django_jobq.conf import jobq_settings
 from django_jobq.exceptions import (
     ConfigurationError,
     ForeignTransaction,
@@ -28,34 +26,16 @@ from django_jobq.exceptions import (
     SpansDatabases,
 )
 from django_jobq.managers.graphs import GraphNode
-from django_jobq.managers.outbox import OutboxManager
 from django_jobq.managers.producing import NewJob
-from django_jobq.models import Job, JobStatus, OutboxEntry, QueueState
+from django_jobq.models import Job, JobStatus, QueueState
 from django_jobq.worker import Worker
 from django_jobq.worker.group import WorkerGroup
 from django_jobq.worker.lanes import lanes_by_database
-from tests.conftest import wait_until
-from tests.servers.shards import QUEUES, SHARDS
+from tests.servers.shards import SHARDS
 from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.integration]
 ALIASES = ["default", *SHARDS]
-SPREAD = {
-    "feeds": {"DATABASES": ["default", "jobs2", "jobs3"]},  # every database
-    "pair": {"DATABASES": ["jobs2", "jobs3"]},  # two shards, not the home database
-}
-
-
-@pytest.fixture
-def spread(shard_servers, settings):
-    """The shards, with "reports" on jobs2, "archive" on jobs3 and the SPREAD queues."""
-    settings.JOBQ = {
-        **settings.JOBQ,
-        "SHARDS": SHARDS,
-        "QUEUES": {**settings.JOBQ.get("QUEUES", {}), **QUEUES, **SPREAD},
-    }
-    settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
-    return shard_servers
 
 
 def where(job_ids: list[int]) -> Counter[str]:
@@ -356,134 +336,3 @@ def test_pause_counts_cancel_and_status_reach_every_database_of_the_queue(spread
     assert {Job.objects.using(shards.database_of_job(i)).get(id=i).status for i in ids} == {
         JobStatus.CANCELLED
     }
-
-
-# -- jobq_queue move ----------------------------------------------------------------------------------
-
-
-def moved_to(settings, queue: dict) -> None:
-    """JOBQ["QUEUES"]["reports"] placed anew (as a deploy would)."""
-    settings.JOBQ = {**settings.JOBQ, "QUEUES": {**settings.JOBQ["QUEUES"], "reports": queue}}
-
-
-def move(*args: str) -> str:
-    out = io.StringIO()
-    call_command("jobq_queue", "move", *args, stdout=out)
-    return out.getvalue()
-
-
-@pytest.mark.django_db(transaction=True, databases=ALIASES)
-def test_move_takes_a_queues_pending_jobs_to_where_it_is_now_keeping_what_they_carry(spread, settings):
-    later = timezone.now().replace(microsecond=0) + dt.timedelta(hours=3)
-    plain = [Job.objects.enqueue("test.noop", {"n": n}, queue="reports") for n in range(1100)]
-    Job.objects.enqueue("test.noop", {"n": "k"}, queue="reports", dedupe_key="order-1", dedupe_done=60)
-    Job.objects.enqueue("test.noop", {"n": "freed"}, queue="reports", dedupe_key="order-3")
-    rich = Job.objects.enqueue(
-        "test.noop", {"n": "rich"}, queue="reports", priority=7, run_at=later, tags=["vip"], fairness_key="t1"
-    )
-    errors = [{"attempt": 1, "error": "boom"}, {"attempt": 2, "error": "boom"}]
-    Job.objects.using("jobs2").filter(id=rich).update(
-        attempts=2,
-        error_count=2,
-        last_error="boom",
-        errors=errors,
-        snoozes=3,
-        created_at=later - dt.timedelta(days=1),
-    )
-    held = Job.objects.enqueue("test.noop", {"n": "dropped"}, queue="reports", dedupe_key="order-2")
-    graph = Job.objects.enqueue_graph(
-        [GraphNode("test.noop", queue="reports"), GraphNode("test.noop", queue="reports", after=(0,))]
-    )
-    awaited = Job.objects.enqueue("test.noop", {"n": "awaited"}, queue="reports")
-    Job.objects.using("jobs2").filter(id=awaited).update(awaited=True)  # a wait_for holds its id
-    moved_to(settings, {"DATABASE": "jobs3"})
-    taken = Job.objects.enqueue("test.noop", {"n": "held"}, queue="reports", dedupe_key="order-2")  # on jobs3
-    with on_database("jobs3"):  # a finished holder whose window is over: its key is freed by the move
-        Job.objects.create(task="test.noop", queue="reports", status=JobStatus.DONE, dedupe_key="order-3",
-                           finished_at=timezone.now() - dt.timedelta(days=2), payload={"n": "old"})  # fmt: skip
-    out = move("reports", "--from", "jobs2", "--batch", "400")
-    assert "moved 1103 PENDING job(s) from jobs2 to jobs3" in out, out
-    assert "1 dropped: their dedupe key is held there" in out and "3 job(s) yet to run stay on jobs2" in out
-    assert sorted(Job.objects.using("jobs2").values_list("id", flat=True)) == sorted([*graph.ids, awaited])
-    assert not OutboxEntry.objects.using("jobs2").exists()
-    there = {str(job.payload.get("n")): job for job in Job.objects.using("jobs3").all()}
-    assert set(there) == {
-        *map(str, range(1100)),
-        "k",
-        "freed",
-        "rich",
-        "held",
-        "old",
-    }  # "dropped": once, held
-    assert there["held"].id == taken and held not in plain
-    assert all(shards.database_of_job(job.id) == "jobs3" for job in there.values())
-    moved = there["rich"]
-    assert (moved.priority, moved.run_at, moved.tags, moved.fairness_key) == (7, later, ["vip"], "t1")
-    assert (moved.attempts, moved.error_count, moved.last_error, moved.errors) == (2, 2, "boom", errors)
-    assert moved.snoozes == 3 and moved.created_at == later - dt.timedelta(days=1)
-    assert there["k"].dedupe_key == "order-1" and there["k"].dedupe_done.total_seconds() == 60
-    assert Job.objects.enqueue("test.noop", queue="reports", dedupe_key="order-1") is None  # still held
-    assert there["freed"].dedupe_key == "order-3" and not there["freed"].key_released
-    assert move("reports", "--from", "jobs2").startswith("queue reports: moved 0")  # again: nothing to do
-
-
-@pytest.mark.django_db(transaction=True, databases=ALIASES)
-def test_a_move_cut_between_its_commits_is_finished_by_a_relay_once(spread, settings, monkeypatch):
-    for n in range(300):
-        Job.objects.enqueue("test.noop", {"n": n}, queue="reports")
-    moved_to(settings, {"DATABASES": ["default", "jobs3"]})  # spread: each job by its key, else in turn
-
-    def cut(self, ids, grace):
-        raise RuntimeError("the process died after its batch committed")
-
-    monkeypatch.setattr(OutboxManager, "_relay", cut)
-    with pytest.raises(RuntimeError):
-        Job.objects.move_pending("reports", "jobs2", batch=100)
-    monkeypatch.undo()
-    assert Job.objects.using("jobs2").count() == 200 and OutboxEntry.objects.using("jobs2").count() == 100
-    with on_database("jobs2"):
-        assert Job.objects.relay_outbox(grace=0) == 100  # the reaper's pass
-        assert Job.objects.relay_outbox(grace=0) == 0
-    assert Job.objects.move_pending("reports", "jobs2").written == 200
-    payloads = [j.payload["n"] for alias in ("default", "jobs3") for j in Job.objects.using(alias).all()]
-    assert sorted(payloads) == list(range(300))  # each once
-    assert set(where(list(Job.objects.using("default").values_list("id", flat=True)))) == {"default"}
-
-
-@pytest.mark.django_db(transaction=True, databases=ALIASES)
-def test_a_move_while_workers_run_runs_each_job_once(spread, settings):
-    ids = [Job.objects.enqueue("test.record", {"n": n}, queue="reports") for n in range(400)]
-    moved_to(settings, {"DATABASE": "jobs3"})
-    group = WorkerGroup(
-        lanes_by_database({"*": 2}),
-        lambda its, worker_id: Worker(its, worker_id=worker_id, poll_interval=0.1),
-    )
-    thread = threading.Thread(target=group.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: Execution.objects.count() >= 20, message="the workers started on jobs2's jobs")
-        assert Job.objects.move_pending("reports", "jobs2", batch=50).written > 0
-        wait_until(lambda: Execution.objects.count() >= len(ids), timeout=120, message="every job ran")
-    finally:
-        group.stop()
-        thread.join(60)
-    done = [
-        j.payload["n"]
-        for alias in ("jobs2", "jobs3")
-        for j in Job.objects.using(alias).filter(status=JobStatus.DONE)
-    ]
-    assert sorted(done) == list(range(400))  # none lost, none doubled
-    assert Execution.objects.count() == 400  # each ran once
-
-
-@pytest.mark.django_db(transaction=True, databases=ALIASES)
-def test_move_refuses_a_database_the_queue_is_on_and_an_unknown_one(spread):
-    with pytest.raises(CommandError, match="queue 'reports' is on 'jobs2'"):
-        move("reports", "--from", "jobs2")
-    for bad in ("nowhere", "x'; drop table jobq_job; --"):
-        with pytest.raises(CommandError, match="move needs --from"):
-            move("reports", "--from", bad)
-    with pytest.raises(CommandError, match="move needs --from"):
-        move("reports")
-    with pytest.raises(CommandError, match="batch must be between 1 and 500"):
-        move("reports", "--from", "jobs3", "--batch", "0")

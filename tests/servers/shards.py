@@ -92,3 +92,21 @@ def placed(shard_servers, settings) -> dict[str, ShardServer]:
     }
     settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
     return shard_servers
+
+
+SPREAD = {
+    "feeds": {"DATABASES": ["default", "jobs2", "jobs3"]},  # every database
+    "pair": {"DATABASES": ["jobs2", "jobs3"]},  # two shards, not the home database
+}
+
+
+@pytest.fixture
+def spread(shard_servers, settings) -> dict[str, ShardServer]:
+    """The shards, with "reports" on jobs2, "archive" on jobs3 and the SPREAD queues."""
+    settings.JOBQ = {
+        **settings.JOBQ,
+        "SHARDS": SHARDS,
+        "QUEUES": {**settings.JOBQ.get("QUEUES", {}), **QUEUES, **SPREAD},
+    }
+    settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
+    return shard_servers
