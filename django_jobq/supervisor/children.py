@@ -34,7 +34,7 @@ class Child:
     replacement: Child | None = None  # the process started to take its place
     replaces: Child | None = None  # the process this one takes the place of
     stopping: str | None = None  # why the supervisor sent it SIGTERM
-    terms: int = 0  # SIGTERMs sent: the first drains, the second stops it at once
+    terms: int = 0  # stop signals sent: the first (SIGTERM) drains, the second (SIGINT) stops it at once
     metrics_port: int | None = None  # where it serves its figures (127.0.0.1), once it said so
     _pending: bytes = field(default=b"", repr=False)
 
@@ -74,9 +74,12 @@ class Child:
             self.sock = None
 
     def terminate(self) -> None:
-        """SIGTERM: a first one drains, a second one stops at once (releasing the running jobs)."""
+        """SIGTERM: a first one drains; the second stops at once (releasing the running jobs), sent
+        as SIGINT, which jobq_worker takes alike: two deliveries of one signal that arrive before
+        the process's Python handler runs are folded into one call, and the worker would drain
+        (until it is killed, its jobs left to their leases) where it was told to stop at once."""
         self.terms += 1
-        self._signal(signal.SIGTERM)
+        self._signal(signal.SIGTERM if self.terms == 1 else signal.SIGINT)
 
     def kill(self) -> None:
         self._signal(signal.SIGKILL)
