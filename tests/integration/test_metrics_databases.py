@@ -6,24 +6,14 @@ the others are reported."""
 from __future__ import annotations
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobq import metrics
 from django_jobq.models import Job
+from tests.integration.test_metrics import samples
 from tests.servers.shards import SHARDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_facing]
 ALIASES = ["default", *SHARDS]
-
-
-def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(metrics.REGISTRY).decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def of(found: dict, name: str, **labels: str) -> float | None:
