@@ -23,6 +23,7 @@ import select
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import psycopg
@@ -181,6 +182,7 @@ class Pool:
 _pools: dict[str, Pool] = {}
 _inherited: list[Pool] = []  # a parent's pools, kept from the collector: closing would end its sessions
 _lock = threading.Lock()
+_executor: tuple[int, ThreadPoolExecutor] | None = None  # rows_within's, with the pid that made it
 
 
 def pool(alias: str) -> Pool:
@@ -190,6 +192,37 @@ def pool(alias: str) -> Pool:
         if found is None:
             found = _pools[alias] = Pool(alias)
         return found
+
+
+class NoAnswer(psycopg.OperationalError):
+    """A bounded call (rows_within) got no answer in time; it is left to finish on its own thread."""
+
+
+def rows_within(alias: str, statement: str, params: dict[str, Any], seconds: float) -> list[tuple[Any, ...]]:
+    """``statement``'s rows, run alone on ``alias``'s pool, waiting for them at most ``seconds``:
+    NoAnswer past that. The call runs on a thread of its own, so a link that stops forwarding (where
+    no timeout of the server's or the socket's fires) holds up that thread, never the caller; it keeps
+    its connection until the link answers or breaks, so at most POOL_SIZE such calls are left, and
+    further ones wait for a connection, then time out likewise."""
+    prepare = bool(jobq_settings().prepared_statements)
+
+    def run() -> list[tuple[Any, ...]]:
+        with pool(alias).connection() as conn:
+            return conn.execute(statement, params, prepare=prepare).fetchall()
+
+    try:
+        return _callers().submit(run).result(timeout=seconds)
+    except TimeoutError:
+        raise NoAnswer(f"no answer from database {alias!r} within {seconds:g}s") from None
+
+
+def _callers() -> ThreadPoolExecutor:
+    """rows_within's threads, of this process (a forked child makes its own)."""
+    global _executor
+    with _lock:
+        if _executor is None or _executor[0] != os.getpid():
+            _executor = (os.getpid(), ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="jobq-autocommit"))
+        return _executor[1]
 
 
 def close_all() -> None:

@@ -69,6 +69,17 @@ class RateLimitUnavailable(JobqError):
     """The rate-limit store (the database) could not be reached, so no permit was decided."""
 
 
+class SeatsUnavailable(JobqError):
+    """The database that holds a cap's seats (the home database, for a spread queue's or a task's)
+    did not answer a worker of another database; ``database`` names it. From renew_seats, ``kept``
+    holds the seats renewed on the databases that did answer."""
+
+    def __init__(self, message: str, database: str) -> None:
+        super().__init__(message)
+        self.database = database
+        self.kept: set[tuple[str, int, int]] = set()
+
+
 class ConfigurationError(JobqError, ImproperlyConfigured):
     """The JOBQ setting or a command option is invalid."""
 

@@ -153,7 +153,7 @@ MAX_SPREAD = 64  # databases one queue is spread over, at most
 
 def _spread(raw: dict[str, Any], where: str) -> tuple[str, ...] | None:
     """A queue's DATABASES: 2 to MAX_SPREAD distinct aliases (checked against JOBQ["SHARDS"] by
-    conf), and not with DATABASE or MAX_RUNNING."""
+    conf), and not with DATABASE or MAX_DEPTH."""
     databases = raw.get("DATABASES")
     if databases is None:
         return None
@@ -167,12 +167,11 @@ def _spread(raw: dict[str, Any], where: str) -> tuple[str, ...] | None:
         raise ConfigurationError(f'{where}["DATABASES"] must name distinct aliases, not {databases!r:.100}')
     if raw.get("DATABASE") is not None:
         raise ConfigurationError(f'{where}: give "DATABASE" (one) or "DATABASES" (spread), not both')
-    for option in ("MAX_RUNNING", "MAX_DEPTH"):
-        if raw.get(option) is not None:
-            raise ConfigurationError(
-                f'{where}: a queue spread over several databases takes no "{option}" yet: it would '
-                "count on each database alone (docs/operations/shards.md)"
-            )
+    if raw.get("MAX_DEPTH") is not None:
+        raise ConfigurationError(
+            f'{where}: a queue spread over several databases takes no "MAX_DEPTH": each enqueue counts '
+            "the jobs of its own database only (docs/operations/shards.md)"
+        )
     return tuple(databases)
 
 

@@ -20,7 +20,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
-from ..conf import jobq_settings
+from ..conf import home_database, jobq_settings
+from ..managers.seats import seats_database
 from ..models import Job
 from ..registry import registered_tasks
 from ..replica import ReplicaLag, read_alias, replica_lag
@@ -207,11 +208,12 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
     limited = limited_tasks()  # RUNNING_BY_TASK only runs when some task has a limit
     seated = caps or any(task.max_running is not None for _, task in limited)
     seats = dict(_run(connection, sql.SEATS_HELD)) if seated else {}
+    here = jobq_settings().database  # a cap's seats are shown with the database that holds them
     for name, options in jobq_settings().queues.items():  # a configured queue, with its limits
         figures[name].update(
             max_depth=options.max_depth,
             max_running=options.max_running,
-            seats=seats.get(name, 0) if name in caps else None,
+            seats=seats.get(name, 0) if name in caps and seats_database(name) == here else None,
             rate_limit=format_rate(options.rate_limit),
         )
     queues = tuple(QueueFigures(queue=queue, **figures[queue]) for queue in sorted(figures))
@@ -234,7 +236,11 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
         workers=workers,
         unserved=_unserved(queues, workers),
         paused=paused,
-        tasks=task_limits(limited, dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {}, seats),
+        tasks=task_limits(
+            limited,
+            dict(_run(connection, sql.RUNNING_BY_TASK)) if limited else {},
+            seats if here == home_database() else None,
+        ),
         table=table_figures(connection, {}) if upkeep else None,
         fair=fair_keys(connection, now),
         replica=replica_lag(connection),

@@ -48,16 +48,16 @@ def limited_tasks() -> list[tuple[str, Task[..., Any]]]:
 
 
 def task_limits(
-    tasks: list[tuple[str, Task[..., Any]]], running: dict[str, int], seats: dict[str, int]
+    tasks: list[tuple[str, Task[..., Any]]], running: dict[str, int], seats: dict[str, int] | None
 ) -> tuple[TaskLimits, ...]:
     """``tasks`` (limited_tasks()) with ``running``, the RUNNING jobs per task, and ``seats``, the
-    seats held per name (SEATS_HELD)."""
+    seats held per name (SEATS_HELD; None: read on a database that holds no task's seats)."""
     return tuple(
         TaskLimits(
             task=name,
             queue=task.queue,
             running=running.get(name, 0),
-            seats=None if task.max_running is None else seats.get(task_seats(name), 0),
+            seats=None if task.max_running is None or seats is None else seats.get(task_seats(name), 0),
             max_running=task.max_running,
             max_running_per_key=task.max_running_per_key,
             rate_limit=format_rate(task.rate_limit),

@@ -38,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..conf import jobq_settings, on_database
-from ..managers.seats import task_seats
+from ..managers.seats import seats_database, task_seats
 from ..registry import capped_tasks
 from ..replica import read_alias, replica_lag
 from ..shards import every_database
@@ -307,8 +307,12 @@ def _figures(connection: BaseDatabaseWrapper) -> list[GaugeMetricFamily]:
         )
         oldest_family.add_metric([], oldest_xact or 0.0)
         families += [size, oldest_family]
-    caps = conf.caps()
-    capped = sorted(name for name, task in capped_tasks().items() if task.max_running is not None)
+    # a cap's seats are read on the database that holds them (managers/seats.py, seats_database)
+    caps = {queue: cap for queue, cap in conf.caps().items() if seats_database(queue) == conf.database}
+    capped = sorted(
+        name for name, task in capped_tasks().items()
+        if task.max_running is not None and seats_database(task_seats(name)) == conf.database
+    )  # fmt: skip
     if caps or capped:
         held = dict(run(engine.stats.SEATS_HELD))
         families.append(

@@ -108,6 +108,7 @@ class Worker(HeartbeatMixin, SlotMixin):
         self.supervision: dict[str, Any] | None = None  # what a supervisor told it (supervisor/link.py)
         self._claimed = 0
         self._took_seats = False
+        self._seats_away = set()
         self._ended = 0
         self._cycling = 0
         self._unknown_tasks = set()

@@ -21,7 +21,12 @@ A seat is leased as a job is: the heartbeat renews it, a slot starts no job in a
 renewal was sent more than a lease less a heartbeat ago, and a worker that dies or is cut off loses its
 seats when their leases run out, to whichever worker takes them next. A stopping worker frees all of
 its seats. A batch's further jobs each take a free seat of their queue too (the cap counts jobs, not
-runs; a batch task has no cap of its own)."""
+runs; a batch task has no cap of its own).
+
+A cap's seats may be on another database than the worker's (managers/seats.py, seats_database: the home
+database holds a spread queue's and every task's): one that does not answer is no outage of the
+worker's own database. The cap's jobs wait (no take, no start past the margin) while its other work
+goes on, and it is logged once until it answers again."""
 
 from __future__ import annotations
 
@@ -34,26 +39,31 @@ from django.db import Error as DatabaseError
 from django.db import connections
 
 from ..conf import jobq_settings
+from ..exceptions import SeatsUnavailable
 from ..managers.seats import task_seats
 from ..models import Job
 from ..registry import capped_tasks
+from ..shards import databases_of_queue
 from ..sql import engine_for
-from .base import WorkerBase, is_connection_error
+from .base import is_connection_error
 from .lanes import Lane, Running
+from .seat_leases import SeatLeaseMixin
 from .seat_pools import Sat, SeatPool, let_go, need, pools_of
 
 logger = logging.getLogger("django_jobq")
 
 
-class SeatMixin(WorkerBase):
-    _took_seats: bool  # some lane took seats once: a stopping worker frees them
-
+class SeatMixin(SeatLeaseMixin):
     def _seat_pools(self, lane: Lane) -> dict[str, SeatPool]:
         """The lane's pools, one per capped queue it claims from and per capped task (made as the caps
         are read)."""
         conf = jobq_settings()
         caps = conf.caps()
-        serves = [lane.claims] if lane.claims is not None else [q for q in caps if q not in lane.exclude]
+        serves = (  # the "*" lane: the capped queues with jobs on this worker's database
+            [lane.claims]
+            if lane.claims is not None
+            else [q for q in caps if q not in lane.exclude and conf.database in databases_of_queue(q)]
+        )
         # name -> (cap, task, the task's queue): a queue named so runs in the task's seats
         wanted: dict[str, tuple[int, str | None, str | None]] = {q: (caps[q], None, None) for q in serves
                                                                   if q in caps}  # fmt: skip
@@ -108,6 +118,9 @@ class SeatMixin(WorkerBase):
             Job.objects.bound_statements()
             caps = {name: (pool.cap, want) for name, (pool, want) in wants.items()}
             taken = Job.objects.take_seats_of(self.worker_id, caps)
+        except SeatsUnavailable as exc:
+            taken = {}
+            self._seats_unanswered(exc)
         except DatabaseError as exc:
             taken = {}
             if is_connection_error(exc):  # logged once per outage, with the worker's other statements
@@ -116,6 +129,8 @@ class SeatMixin(WorkerBase):
             else:
                 logger.warning("worker %s: could not take seats of %s (%s)", self.worker_id, sorted(wants),
                                exc)  # fmt: skip
+        else:
+            self._seats_answered(wants)
         self._took_seats = True
         with lane.cond:
             for name, seats in taken.items():
@@ -209,7 +224,7 @@ class SeatMixin(WorkerBase):
             if freed:
                 try:
                     Job.objects.release_seats(self.worker_id, freed, announce=announce)
-                except DatabaseError as exc:  # they come free when their leases run out
+                except (DatabaseError, SeatsUnavailable) as exc:  # they come free when their leases run out
                     logger.warning("worker %s: could not free seats %s (%s)", self.worker_id, freed, exc)
 
     def _seat_woken(self, lane: Lane, queue: str | None) -> None:
@@ -359,41 +374,3 @@ class SeatMixin(WorkerBase):
         with lane.cond:
             now = time.monotonic()
             return all(pool.usable(now) == len(pool.held) for pool in entry.seat_pools)
-
-    def _renew_seats(self, lease: float) -> None:
-        """The heartbeat: renew every seat the worker holds in one statement; a seat found lost is
-        dropped (its cap's jobs wait for another)."""
-        pools = [(lane, pool) for lane in self.lanes.values() for pool in list(lane.seats.values())]
-        named: list[tuple[str, int, int]] = []
-        for lane, pool in pools:
-            with lane.cond:
-                named += pool.named()
-        if not named:
-            return
-        sent = time.monotonic()
-        kept = Job.objects.renew_seats(self.worker_id, named, lease)
-        lost = []
-        for lane, pool in pools:
-            with lane.cond:
-                for seat, (fence, _) in list(pool.held.items()):
-                    if (pool.name, seat, fence) not in named:
-                        continue  # taken after the renewal was read
-                    if (pool.name, seat, fence) in kept:
-                        pool.held[seat] = (fence, sent)
-                    else:
-                        del pool.held[seat]
-                        lost.append(f"{pool.name}#{seat}")
-                lane.cond.notify_all()
-        if lost:
-            logger.warning("worker %s lost seat(s) %s of capped queues or tasks (leases ran out); their jobs "
-                           "wait for others", self.worker_id, lost)  # fmt: skip
-
-    def _free_all_seats(self) -> None:
-        """A stopping worker frees every seat it holds."""
-        if not self._took_seats:
-            return
-        for lane in self.lanes.values():
-            with lane.cond:
-                for pool in lane.seats.values():
-                    pool.held.clear()
-        self._db(lambda: Job.objects.release_seats(self.worker_id), attempts=3)

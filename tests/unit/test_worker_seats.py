@@ -24,6 +24,7 @@ class Slots(SeatMixin):
     def __init__(self) -> None:
         self.stopping = threading.Event()
         self.worker_id, self.poll_interval, self.outage = "w-1", 0.5, Outage("w-1")
+        self._seats_away = set()
 
 
 def star_lane(seats: int, cap: int = 4, *, fresh: bool = True) -> Lane:
