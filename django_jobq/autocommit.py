@@ -23,7 +23,6 @@ import select
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import psycopg
@@ -182,7 +181,7 @@ class Pool:
 _pools: dict[str, Pool] = {}
 _inherited: list[Pool] = []  # a parent's pools, kept from the collector: closing would end its sessions
 _lock = threading.Lock()
-_executor: tuple[int, ThreadPoolExecutor] | None = None  # rows_within's, with the pid that made it
+_CALLERS = threading.BoundedSemaphore(POOL_SIZE)  # rows_within's calls under way
 
 
 def pool(alias: str) -> Pool:
@@ -195,34 +194,40 @@ def pool(alias: str) -> Pool:
 
 
 class NoAnswer(psycopg.OperationalError):
-    """A bounded call (rows_within) got no answer in time; it is left to finish on its own thread."""
+    """A bounded call (rows_within) got no answer in time, or found every caller thread busy."""
 
 
 def rows_within(alias: str, statement: str, params: dict[str, Any], seconds: float) -> list[tuple[Any, ...]]:
-    """``statement``'s rows, run alone on ``alias``'s pool, waiting for them at most ``seconds``:
-    NoAnswer past that. The call runs on a thread of its own, so a link that stops forwarding (where
-    no timeout of the server's or the socket's fires) holds up that thread, never the caller; it keeps
-    its connection until the link answers or breaks, so at most POOL_SIZE such calls are left, and
-    further ones wait for a connection, then time out likewise."""
+    """``statement``'s rows (none for a statement that returns none), run alone on ``alias``'s pool,
+    waiting for them at most ``seconds``: NoAnswer past that. The call runs on a daemon thread of its
+    own, so a link that stops forwarding (where no timeout of the server's or the socket's fires)
+    holds up that thread, never the caller; it keeps its connection until the link answers or breaks.
+    At most POOL_SIZE such calls run at once: with every one of them held up, a further call is
+    NoAnswer at once, never queued (a call queued behind a cut link would run long after its caller
+    gave up on it)."""
+    if not _CALLERS.acquire(blocking=False):
+        raise NoAnswer(f"no answer from database {alias!r}: all {POOL_SIZE} calls to it are waiting")
     prepare = bool(jobq_settings().prepared_statements)
+    answer: list[Any] = []
+    done = threading.Event()
 
-    def run() -> list[tuple[Any, ...]]:
-        with pool(alias).connection() as conn:
-            return conn.execute(statement, params, prepare=prepare).fetchall()
+    def run() -> None:
+        try:
+            with pool(alias).connection() as conn:
+                cursor = conn.execute(statement, params, prepare=prepare)
+                answer.append(cursor.fetchall() if cursor.description else [])
+        except BaseException as exc:  # handed to the caller, if it still waits
+            answer.append(exc)
+        finally:
+            _CALLERS.release()
+            done.set()
 
-    try:
-        return _callers().submit(run).result(timeout=seconds)
-    except TimeoutError:
-        raise NoAnswer(f"no answer from database {alias!r} within {seconds:g}s") from None
-
-
-def _callers() -> ThreadPoolExecutor:
-    """rows_within's threads, of this process (a forked child makes its own)."""
-    global _executor
-    with _lock:
-        if _executor is None or _executor[0] != os.getpid():
-            _executor = (os.getpid(), ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="jobq-autocommit"))
-        return _executor[1]
+    threading.Thread(target=run, name=f"jobq-autocommit-{alias}", daemon=True).start()
+    if not done.wait(seconds):
+        raise NoAnswer(f"no answer from database {alias!r} within {seconds:g}s")
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return answer[0]  # type: ignore[no-any-return]
 
 
 def close_all() -> None:
@@ -243,8 +248,9 @@ def _close_before_create_or_drop(connection: Any, **kwargs: Any) -> None:
 
 
 def _after_fork() -> None:
-    global _lock
+    global _lock, _CALLERS
     _lock = threading.Lock()
+    _CALLERS = threading.BoundedSemaphore(POOL_SIZE)  # the parent's calls are not the child's
     _inherited.extend(_pools.values())
     _pools.clear()
 

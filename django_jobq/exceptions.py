@@ -1,5 +1,6 @@
 """Every error django-jobq raises on purpose derives from JobqError."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -70,14 +71,15 @@ class RateLimitUnavailable(JobqError):
 
 
 class SeatsUnavailable(JobqError):
-    """The database that holds a cap's seats (the home database, for a spread queue's or a task's)
-    did not answer a worker of another database; ``database`` names it. From renew_seats, ``kept``
-    holds the seats renewed on the databases that did answer."""
+    """A database that holds a cap's seats (the home database, for a spread queue's or a task's) did
+    not answer a worker of another database; ``databases`` names each such database (``database``,
+    the first), ``partial`` holds what the databases that did answer did (the call's own answer)."""
 
-    def __init__(self, message: str, database: str) -> None:
+    def __init__(self, message: str, databases: Sequence[str]) -> None:
         super().__init__(message)
-        self.database = database
-        self.kept: set[tuple[str, int, int]] = set()
+        self.databases = frozenset(databases)
+        self.database = databases[0]
+        self.partial: Any = None
 
 
 class ConfigurationError(JobqError, ImproperlyConfigured):

@@ -14,9 +14,10 @@ import contextvars
 import hashlib
 import itertools
 import random
+import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from .conf import home_database, jobq_settings, on_database
 from .database_context import current_database
@@ -29,6 +30,12 @@ ID_TABLES = ("jobq_job", "jobq_workflow")
 
 # the next database of a spread queue for a job with no shard key and no transaction on one of them
 _ROUND_ROBIN = itertools.count(random.randrange(1 << 16))  # a random start: short-lived processes spread too
+
+# a database of a spread queue that refused a connection, until when a job with no shard key passes it
+# over (_answering): so that a database that is down costs each process one connect timeout, not one
+# per enqueue
+UNREACHABLE_SECONDS = 5.0
+_UNREACHABLE: dict[str, float] = {}
 
 # set by idempotent(): the enqueues inside carry a key that makes a second write a no-op
 _IDEMPOTENT: contextvars.ContextVar[bool] = contextvars.ContextVar("jobq_idempotent", default=False)
@@ -80,7 +87,7 @@ def database_for(queue: str, key: str | None = None) -> str:
     a job with a shard key (its dedupe key, else its concurrency key, else ``shard_key=``) on the
     database that key hashes to, always the same one (rendezvous hashing: adding a database moves
     only the keys the new one wins); a job without one on the database whose transaction is open
-    (it commits with it), else on the next database in turn."""
+    (it commits with it), else on the next database in turn that can be reached."""
     return choose(databases_of_queue(queue), key)
 
 
@@ -93,7 +100,26 @@ def choose(databases: Sequence[str], key: str | None) -> str:
     for alias in databases:
         if connections[alias].in_atomic_block:
             return alias
-    return databases[next(_ROUND_ROBIN) % len(databases)]
+    start = next(_ROUND_ROBIN) % len(databases)
+    return _answering([*databases[start:], *databases[:start]])
+
+
+def _answering(databases: Sequence[str]) -> str:
+    """The first of ``databases`` this thread is connected to or can connect to, passing over one that
+    refused a connection in the last UNREACHABLE_SECONDS; the first of them when none can (its error
+    is then the caller's). A connection is made before anything is sent, so a job that one database
+    could not be reached for is never written there: it may go to the next."""
+    now = time.monotonic()
+    for alias in databases:
+        if _UNREACHABLE.get(alias, 0.0) > now:
+            continue
+        try:
+            connections[alias].ensure_connection()
+        except DatabaseError:
+            _UNREACHABLE[alias] = time.monotonic() + UNREACHABLE_SECONDS
+            continue
+        return alias
+    return databases[0]
 
 
 def _weight(alias: str, key: str) -> bytes:

@@ -145,8 +145,11 @@ def _running(q: QueueFigures) -> str:
 
 
 def _seated(running: int, seats: int | None, cap: int | None) -> str:
-    """RUNNING jobs, and a capped queue's or task's seats held of its seats: "12 (4/4 seats)"."""
-    return str(running) if cap is None else f"{running} ({seats or 0}/{cap} seats)"
+    """RUNNING jobs, and a capped queue's or task's seats held of its seats: "12 (4/4 seats)"; its cap
+    alone, "12 (cap 4)", where its seats are on another database."""
+    if cap is None:
+        return str(running)
+    return f"{running} (cap {cap})" if seats is None else f"{running} ({seats}/{cap} seats)"
 
 
 def _of(figure: int, limit: int | None) -> str:

@@ -73,8 +73,13 @@ class SeatManager(BaseJobManager):
         }  # fmt: skip
         worker = {"worker_id": validation.name(worker_id, "worker_id"), "lease": self._lease(lease_seconds)}
         taken: dict[str, list[tuple[int, int]]] = {}
+        away: list[SeatsUnavailable] = []
         for alias, names in by_database(caps).items():
-            taken.update(self._take_on(alias, worker, {name: caps[name] for name in names}))
+            try:
+                taken.update(self._take_on(alias, worker, {name: caps[name] for name in names}))
+            except SeatsUnavailable as exc:  # the other databases' seats are still taken
+                away.append(exc)
+        _raise_away(away, taken)
         return taken
 
     def _take_on(
@@ -118,22 +123,21 @@ class SeatManager(BaseJobManager):
     ) -> set[Seat]:
         """Extend the leases of ``seats`` (queue, seat, fence); those still held under that fence,
         the others are lost (a worker's lanes may each have held one seat under successive fences).
-        Seats on several databases: each database's renewed in turn; SeatsUnavailable from one that
-        does not answer only once the others are renewed."""
+        Seats on several databases: each database's renewed in turn; when one does not answer,
+        SeatsUnavailable once the others are renewed, its ``partial`` the seats kept (as take_seats_of's
+        is the seats taken, and release_seats's how many were freed)."""
         lease = self._lease(lease_seconds)
         kept: set[Seat] = set()
-        unavailable: SeatsUnavailable | None = None
+        away: list[SeatsUnavailable] = []
         for alias, named in self._grouped(seats).items():
             params = {**self._named(worker_id, named), "lease": lease}
             try:
                 rows = self._seat_rows(alias, self._sql().SEAT_RENEW, params)
             except SeatsUnavailable as exc:
-                unavailable = exc
+                away.append(exc)
                 continue
             kept |= {(queue, int(seat), int(fence)) for queue, seat, fence in rows}
-        if unavailable is not None:
-            unavailable.kept = kept
-            raise unavailable
+        _raise_away(away, kept)
         return kept
 
     def release_seats(
@@ -149,10 +153,15 @@ class SeatManager(BaseJobManager):
             params["notify"] = bool(params["notify"]) and announce
             return len(self._execute(sql.SEAT_RELEASE_ALL, params))
         freed = 0
+        away: list[SeatsUnavailable] = []
         for alias, named in self._grouped(seats).items():
             params = self._notify_params(self._named(worker_id, named))
             params["notify"] = bool(params["notify"]) and announce
-            freed += len(self._seat_rows(alias, sql.SEAT_RELEASE, params))
+            try:
+                freed += len(self._seat_rows(alias, sql.SEAT_RELEASE, params))
+            except SeatsUnavailable as exc:  # those come free when their leases run out
+                away.append(exc)
+        _raise_away(away, freed)
         return freed
 
     @staticmethod
@@ -185,4 +194,13 @@ class SeatManager(BaseJobManager):
             with connections[alias].wrap_database_errors:
                 return autocommit.rows_within(alias, statement, self._common(params), wait)
         except (OperationalError, InterfaceError) as exc:
-            raise SeatsUnavailable(f"the seats' database {alias!r} did not answer: {exc}", alias) from exc
+            raise SeatsUnavailable(f"the seats' database {alias!r} did not answer: {exc}", [alias]) from exc
+
+
+def _raise_away(away: list[SeatsUnavailable], partial: Any) -> None:
+    """SeatsUnavailable naming every database of ``away`` (each a database that did not answer), with
+    what the others did (``partial``); nothing when every database answered."""
+    if away:
+        exc = SeatsUnavailable("; ".join(str(each) for each in away), [each.database for each in away])
+        exc.partial = partial
+        raise exc

@@ -33,17 +33,16 @@ class SeatLeaseMixin(WorkerBase):
         if not named:
             return
         sent = time.monotonic()
-        away: str | None = None  # the database whose seats were not renewed: they age, not lost
+        away: frozenset[str] = frozenset()  # databases whose seats were not renewed: they age, not lost
         try:
             kept = Job.objects.renew_seats(self.worker_id, named, lease)
         except SeatsUnavailable as exc:
-            kept, away = exc.kept, exc.database
+            kept, away = exc.partial, exc.databases
             self._seats_unanswered(exc)
-        else:
-            self._seats_answered(pool.name for _, pool in pools)
+        self._seats_answered([pool.name for _, pool in pools], away)
         lost = []
         for lane, pool in pools:
-            if away is not None and seats_database(pool.name) == away:
+            if away and seats_database(pool.name) in away:
                 continue
             with lane.cond:
                 for seat, (fence, _) in list(pool.held.items()):
@@ -80,15 +79,15 @@ class SeatLeaseMixin(WorkerBase):
                 logger.warning("worker %s: could not free its seats (%s)", self.worker_id, exc)
 
     def _seats_unanswered(self, exc: SeatsUnavailable) -> None:
-        """Log, once until it answers again, that a database of seats did not answer."""
-        if exc.database not in self._seats_away:
-            self._seats_away.add(exc.database)
-            logger.warning("worker %s: %s; the jobs under its caps wait until it answers (its other work "
-                           "goes on)", self.worker_id, exc)  # fmt: skip
+        """Log, once until it answers again, each database of seats that did not answer."""
+        for alias in sorted(exc.databases - self._seats_away):
+            self._seats_away.add(alias)
+            logger.warning("worker %s: the seats' database %r does not answer (%s); the jobs under its caps "
+                           "wait until it does (its other work goes on)", self.worker_id, alias, exc)  # fmt: skip
 
-    def _seats_answered(self, names: Iterable[str]) -> None:
-        """The databases of these seats answered: log their return once."""
+    def _seats_answered(self, names: Iterable[str], away: frozenset[str] = frozenset()) -> None:
+        """The databases of these seats answered, but those ``away``: log their return once."""
         if self._seats_away:
-            for alias in {seats_database(name) for name in names} & self._seats_away:
+            for alias in {seats_database(name) for name in names} & self._seats_away - away:
                 self._seats_away.discard(alias)
                 logger.warning("worker %s: the seats' database %r answers again", self.worker_id, alias)

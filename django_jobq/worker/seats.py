@@ -76,10 +76,14 @@ class SeatMixin(SeatLeaseMixin):
                 if (pool := lane.seats.get(name)) is not None:
                     pool.cap = cap
                     continue
-                home = (
+                home = (  # a task's own queue, served by this lane on this database
                     its_queue is None
                     or its_queue == lane.claims
-                    or (lane.claims is None and its_queue not in lane.exclude)
+                    or (
+                        lane.claims is None
+                        and its_queue not in lane.exclude
+                        and conf.database in databases_of_queue(its_queue)
+                    )
                 )
                 lane.seats[name] = SeatPool(name, cap, of_task, its_queue, home)
             return dict(lane.seats)
@@ -118,9 +122,10 @@ class SeatMixin(SeatLeaseMixin):
             Job.objects.bound_statements()
             caps = {name: (pool.cap, want) for name, (pool, want) in wants.items()}
             taken = Job.objects.take_seats_of(self.worker_id, caps)
-        except SeatsUnavailable as exc:
-            taken = {}
+        except SeatsUnavailable as exc:  # the other databases' seats are taken all the same
+            taken = exc.partial
             self._seats_unanswered(exc)
+            self._seats_answered(wants, exc.databases)
         except DatabaseError as exc:
             taken = {}
             if is_connection_error(exc):  # logged once per outage, with the worker's other statements

@@ -6,6 +6,7 @@ import contextlib
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 
 import psycopg
@@ -139,3 +140,18 @@ def test_a_users_pytest_django_suite_that_uses_rate_limits_drops_its_test_databa
     assert run.returncode == 0, out
     assert "1 passed" in out
     assert left == []
+
+
+def test_a_bounded_call_answers_its_rows_or_none_and_never_waits_past_its_bound(monkeypatch):
+    assert autocommit.rows_within("default", "SELECT 1, 'a'", {}, 5) == [(1, "a")]
+    # a statement without rows (an INSERT without RETURNING) answers none, not an error
+    assert autocommit.rows_within("default", "SET LOCAL work_mem = '4MB'", {}, 5) == []
+    with pytest.raises(psycopg.errors.UndefinedTable):  # the database's own refusal, as it is
+        autocommit.rows_within("default", "SELECT * FROM no_such_table", {}, 5)
+    with pytest.raises(autocommit.NoAnswer, match=r"within 0\.2s"):
+        autocommit.rows_within("default", "SELECT pg_sleep(2)", {}, 0.2)
+    # every caller thread held up (a cut link): the next call is refused at once, never queued
+    monkeypatch.setattr(autocommit, "_CALLERS", threading.BoundedSemaphore(1))
+    autocommit._CALLERS.acquire()
+    with pytest.raises(autocommit.NoAnswer, match="are waiting"):
+        autocommit.rows_within("default", "SELECT 1", {}, 5)

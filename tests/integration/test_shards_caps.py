@@ -16,6 +16,7 @@ from django.db import connections
 from django_jobq import dashboard
 from django_jobq.conf import on_database
 from django_jobq.database_context import carrying_database
+from django_jobq.exceptions import SeatsUnavailable
 from django_jobq.managers import seats as seat_rules
 from django_jobq.models import Job, JobStatus
 from django_jobq.worker import Worker, seat_leases
@@ -81,6 +82,23 @@ def test_a_caps_seats_live_on_its_queues_database_or_else_on_the_home_database(s
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_shards_worker_makes_and_takes_the_seats_of_a_cap_on_the_home_database(spread, settings):
+    capped(settings, {"pair": {**SPREAD["pair"], "MAX_RUNNING": 3}})
+    with on_database("jobs2"):  # no seat of "pair" exists yet: this take makes them, on the home database
+        taken = Job.objects.take_seats("w-2", "pair", 3, 2)
+        assert [seat for seat, _ in taken] == [0, 1]
+        assert Job.objects.renew_seats("w-2", [("pair", s, f) for s, f in taken]) == {
+            ("pair", s, f) for s, f in taken
+        }
+        assert Job.objects.release_seats("w-2", [("pair", s, f) for s, f in taken]) == 2
+    assert seat_rows("default") == {"pair": 3} and not seat_rows("jobs2")
+    text = dashboard.format_table(dashboard.snapshot())
+    with on_database("jobs2"):
+        assert "(cap 3)" in dashboard.format_table(dashboard.snapshot())  # its seats are shown at home
+    assert "(0/3 seats)" in text
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
 def test_a_spread_queues_cap_holds_across_every_database_it_is_on(spread, settings, tmp_path):
     capped(settings, {"feeds": {**SPREAD["feeds"], "MAX_RUNNING": 2}})
     log = str(tmp_path / "feeds.log")
@@ -138,6 +156,13 @@ def test_seats_on_a_database_that_does_not_answer_hold_back_only_their_caps_jobs
     free = [Job.objects.enqueue("test.record", queue="ledger") for _ in range(5)]
     down = placed["jobs3"]
     down.stop("fast")
+    with on_database("jobs2"):  # one call for caps on two databases: the one that answers is done
+        with pytest.raises(SeatsUnavailable, match="'jobs3' did not answer") as refused:
+            Job.objects.take_seats_of("probe", {"ledger": (1, 1), "reports": (1, 1)})
+        assert refused.value.databases == {"jobs3"}
+        assert [seat for seat, _ in refused.value.partial["ledger"]] == [0]
+        assert "reports" not in refused.value.partial
+        assert Job.objects.release_seats("probe", [("ledger", 0, refused.value.partial["ledger"][0][1])]) == 1
     with on_database("jobs2"):
         worker = Worker({"*": 2}, poll_interval=0.2)
         thread = threading.Thread(target=carrying_database(worker.run), daemon=True)

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import OperationalError, connections, transaction
 
 from django_jobq import shards
 from django_jobq.conf import jobq_settings
@@ -104,6 +104,30 @@ def test_a_spread_queue_has_no_one_database(spread):
 
 
 # -- placement --------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_job_without_a_key_passes_over_a_database_that_cannot_be_reached_and_a_keyed_one_waits(
+    spread, monkeypatch
+):
+    keyed = next(key for key in (f"k{n}" for n in range(100)) if shards.database_for("pair", key) == "jobs3")
+    down = spread["jobs3"]
+    down.stop("fast")
+    connections["jobs3"].close()  # this thread's session there ended with the server
+    try:
+        ids = [Job.objects.enqueue("test.noop", queue="pair") for _ in range(10)]
+        # every turn of jobs3 went to jobs2, none failed
+        assert Job.objects.using("jobs2").filter(id__in=ids).count() == 10
+        with pytest.raises(OperationalError):  # a key's database is fixed: its job waits for it
+            Job.objects.enqueue("test.noop", queue="pair", shard_key=keyed)
+        assert Job.objects.using("jobs2").count() == 10  # and it was written nowhere else
+    finally:
+        down.start()
+        connections["jobs3"].close()
+    monkeypatch.setattr(shards, "_UNREACHABLE", {})  # as UNREACHABLE_SECONDS after its refusal
+    ids = [Job.objects.enqueue("test.noop", queue="pair") for _ in range(10)]
+    assert where(ids) == {"jobs2": 5, "jobs3": 5}  # in turn again
+    assert shards.database_of_job(Job.objects.enqueue("test.noop", queue="pair", shard_key=keyed)) == "jobs3"
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)

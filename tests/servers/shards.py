@@ -14,6 +14,7 @@ from django.db import connections
 from django.test import override_settings
 
 from bench import pgserver
+from django_jobq import shards
 
 DATABASE = "jobq_shard"
 
@@ -102,7 +103,9 @@ SPREAD = {
 
 @pytest.fixture
 def spread(shard_servers, settings) -> dict[str, ShardServer]:
-    """The shards, with "reports" on jobs2, "archive" on jobs3 and the SPREAD queues."""
+    """The shards, with "reports" on jobs2, "archive" on jobs3 and the SPREAD queues (no database
+    passed over as unreachable by an earlier test's stopped server)."""
+    shards._UNREACHABLE.clear()
     settings.JOBQ = {
         **settings.JOBQ,
         "SHARDS": SHARDS,
