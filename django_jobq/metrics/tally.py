@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-Key = tuple[str, str, str]  # (metric name, queue, task)
+Key = tuple[str, str, str, str]  # (metric name, database, queue, task)
 
 
 class _ThreadTally:
@@ -57,14 +57,14 @@ class Tally(Collector):
                 self._tallies.append(tally)
         return tally
 
-    def count(self, name: str, queue: str, task: str, amount: float = 1) -> None:
+    def count(self, name: str, queue: str, task: str, amount: float = 1, database: str = "") -> None:
         counts = self._mine().counts
-        key = (name, queue, task)
+        key = (name, database, queue, task)
         counts[key] = counts.get(key, 0) + amount
 
-    def observe(self, name: str, queue: str, task: str, value: float) -> None:
+    def observe(self, name: str, queue: str, task: str, value: float, database: str = "") -> None:
         histograms = self._mine().histograms
-        key = (name, queue, task)
+        key = (name, database, queue, task)
         row = histograms.get(key)
         if row is None:
             row = histograms[key] = [0.0] * (len(self.buckets) + 2)
@@ -90,23 +90,40 @@ class Tally(Collector):
 
     def collect(self) -> Iterator[Any]:
         """Every counter has every (queue, task) pair any of them counted, 0 included: a rate or an
-        increase sees a pair's first event only when the pair was there at 0 before it."""
+        increase sees a pair's first event only when the pair was there at 0 before it. A figure
+        counted with a database (JOBQ["SHARDS"]: metrics/worker.py) has a ``database`` label first."""
         counts, histograms = self._summed()
-        pairs = sorted({(queue, task) for _, queue, task in counts})
+        keys = sorted({key[1:] for key in counts})
         for name, documentation in self.counters.items():
-            counter = CounterMetricFamily(name, documentation, labels=self.labels)
-            for queue, task in pairs:
-                counter.add_metric([queue, task], counts.get((name, queue, task), 0))
-            yield counter
+            plain, labelled = (
+                CounterMetricFamily(name, documentation, labels=ls) for ls in self._label_sets()
+            )
+            for database, queue, task in keys:
+                value = counts.get((name, database, queue, task), 0)
+                if database:
+                    labelled.add_metric([database, queue, task], value)
+                else:
+                    plain.add_metric([queue, task], value)
+            plain.samples += labelled.samples
+            yield plain
         bounds = [floatToGoString(b) for b in self.buckets] + ["+Inf"]  # type: ignore[no-untyped-call]
         for name, documentation in self.histograms_help.items():
-            histogram = HistogramMetricFamily(name, documentation, labels=self.labels)
-            for (metric, queue, task), row in sorted(histograms.items()):
+            bare, sharded = (
+                HistogramMetricFamily(name, documentation, labels=ls) for ls in self._label_sets()
+            )
+            for (metric, database, queue, task), row in sorted(histograms.items()):
                 if metric != name:
                     continue
                 cumulative, running = [], 0.0
                 for bound, value in zip(bounds, row[:-1], strict=True):
                     running += value
                     cumulative.append((bound, running))
-                histogram.add_metric([queue, task], cumulative, sum_value=row[-1])
-            yield histogram
+                if database:
+                    sharded.add_metric([database, queue, task], cumulative, sum_value=row[-1])
+                else:
+                    bare.add_metric([queue, task], cumulative, sum_value=row[-1])
+            bare.samples += sharded.samples
+            yield bare
+
+    def _label_sets(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.labels, ("database", *self.labels)

@@ -1,6 +1,7 @@
 """What the workers of this process did, per queue and task: counters and histograms fed by the
 worker's signals (django_jobq.signals), connected once by ``connect()``. Labels are the job's queue
-and task names (bounded: names are registered tasks and configured lanes), never a job id."""
+and task names (bounded: names are registered tasks and configured lanes), never a job id; with
+JOBQ["SHARDS"], the database whose worker ran the job too."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import signals
+from ..conf import jobq_settings
 from . import REGISTRY
 from .tally import Tally
 
@@ -80,20 +82,28 @@ class ProblemCounter(logging.Handler):
             PROBLEMS.labels(record.module, record.levelname.lower()).inc()
 
 
+def _database() -> str:
+    """The database label of a figure the worker counts now: the database its thread serves, with
+    JOBQ["SHARDS"]; none ("") without."""
+    conf = jobq_settings()
+    return conf.database if conf.shards else ""
+
+
 def _started(job: Any, **_: Any) -> None:
-    queue, task = str(job.queue), str(job.task)
-    RUNS.count("jobq_jobs_started", queue, task)
+    queue, task, database = str(job.queue), str(job.task), _database()
+    RUNS.count("jobq_jobs_started", queue, task, database=database)
     started, run_at, created = job.started_at, job.run_at, job.created_at
     if started is not None and run_at is not None:
         due = run_at if created is None or created <= run_at else created
-        RUNS.observe("jobq_job_wait_seconds", queue, task, max(0.0, (started - due).total_seconds()))
+        wait = max(0.0, (started - due).total_seconds())
+        RUNS.observe("jobq_job_wait_seconds", queue, task, wait, database=database)
 
 
 def _succeeded(job: Any, duration: float | None = None, **_: Any) -> None:
-    queue, task = str(job.queue), str(job.task)
-    RUNS.count("jobq_jobs_succeeded", queue, task)
+    queue, task, database = str(job.queue), str(job.task), _database()
+    RUNS.count("jobq_jobs_succeeded", queue, task, database=database)
     if duration is not None:
-        RUNS.observe("jobq_job_run_seconds", queue, task, duration)
+        RUNS.observe("jobq_job_run_seconds", queue, task, duration, database=database)
 
 
 def _claimed(lane: str, claimed: int, **_: Any) -> None:
@@ -103,7 +113,7 @@ def _claimed(lane: str, claimed: int, **_: Any) -> None:
 
 def _counting(name: str) -> Any:
     def receive(job: Any, **_: Any) -> None:
-        RUNS.count(name, str(job.queue), str(job.task))
+        RUNS.count(name, str(job.queue), str(job.task), database=_database())
 
     return receive
 

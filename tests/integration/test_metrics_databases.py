@@ -1,14 +1,18 @@
 """The database figures over several databases (django_jobq.metrics.database with JOBQ["SHARDS"]),
 against two real servers of their own beside the test database (tests/servers/shards.py): every
 series of every database, labelled with it, and a database that is down a figure of its own while
-the others are reported."""
+the others are reported; and the workers' counters, labelled with the database each job ran on."""
 
 from __future__ import annotations
 
 import pytest
 
 from django_jobq import metrics
+from django_jobq.metrics import worker as worker_metrics
 from django_jobq.models import Job
+from django_jobq.worker import Worker
+from django_jobq.worker.group import WorkerGroup
+from django_jobq.worker.lanes import lanes_by_database
 from tests.integration.test_metrics import samples
 from tests.servers.shards import SHARDS
 
@@ -62,3 +66,30 @@ def test_a_database_that_is_down_is_a_figure_while_the_others_are_reported(place
         placed["jobs3"].start()
     fresh_figures.forget()
     assert of(samples(), "jobq_database_up", database="jobs3") == 1  # back, once it is
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_workers_counters_name_the_database_each_job_ran_on(placed):
+    worker_metrics.connect()
+    before = samples()
+    for queue, n in (("default", 1), ("reports", 2), ("archive", 3)):
+        for _ in range(n):
+            Job.objects.enqueue("test.noop", queue=queue)
+    group = WorkerGroup(
+        lanes_by_database({"*": 2}), lambda its, worker_id: Worker(its, worker_id=worker_id, burst=True)
+    )
+    group.run()
+    after = samples()
+    for database, queue, n in (("default", "default", 1), ("jobs2", "reports", 2), ("jobs3", "archive", 3)):
+        for name in ("jobq_jobs_started_total", "jobq_jobs_succeeded_total", "jobq_job_run_seconds_count"):
+            labels = {"database": database, "queue": queue, "task": "test.noop"}
+            assert (of(after, name, **labels) or 0) - (of(before, name, **labels) or 0) == n, (name, database)
+    # no series of those jobs without a database
+    assert not [
+        key
+        for key in after
+        if key[0] == "jobq_jobs_succeeded_total"
+        and "database" not in dict(key[1])
+        and dict(key[1]).get("task") == "test.noop"
+        and dict(key[1]).get("queue") in ("reports", "archive")
+    ]
