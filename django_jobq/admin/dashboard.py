@@ -72,6 +72,11 @@ def dashboard_view(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> 
     return TemplateResponse(request, "admin/django_jobq/dashboard.html", context)
 
 
+# an outbox entry older than this is shown as late: the reaper relays one once it is two seconds old,
+# at each pass, so such an entry waits for a database that is down or for a reaper that does not run
+OUTBOX_LATE_SECONDS = 60.0
+
+
 def _databases(snap: dashboard.Snapshot) -> dict[str, Any]:
     """With JOBQ["SHARDS"]: a row of totals per database (``snap`` is the one the page shows; a
     database that cannot be read is a row that says so), their sum, and the query that keeps the
@@ -82,15 +87,20 @@ def _databases(snap: dashboard.Snapshot) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for alias in every_database():
         row: dict[str, Any] = {"alias": alias, "label": label(alias), "selected": alias == shown}
-        if alias == shown:
-            row["total"] = snap.total
-        else:
-            try:
+        try:
+            if alias == shown:
+                its = snap
+            else:
                 with on_database(alias):  # from its read alias (a replica of the home database)
-                    row["total"] = dashboard.snapshot().total
-            except DatabaseError as exc:
-                connections[alias].close()
-                row["error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    its = dashboard.snapshot()
+        except DatabaseError as exc:
+            connections[alias].close()
+            row["error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        else:
+            row["total"], row["outbox"] = its.total, its.outbox
+            if its.outbox is not None and its.outbox.oldest_seconds is not None:
+                row["outbox_oldest"] = dashboard.format_duration(its.outbox.oldest_seconds)
+                row["outbox_late"] = its.outbox.oldest_seconds > OUTBOX_LATE_SECONDS
         rows.append(row)
     read = [row["total"] for row in rows if "total" in row]
     return {
@@ -99,6 +109,7 @@ def _databases(snap: dashboard.Snapshot) -> dict[str, Any]:
         "databases": rows,
         "databases_read": len(read),
         "databases_total": dashboard.total(read),
+        "databases_outbox": sum(row["outbox"].jobs for row in rows if row.get("outbox") is not None),
         "selected_label": label(shown),
         "selected_alias": shown,
     }

@@ -109,10 +109,19 @@ class Snapshot:
     table: TableFigures | None = None  # jobq_job's size and dead rows (PostgreSQL, when asked for)
     fair: tuple[FairKey, ...] = ()  # the fair queues' busiest keys (dashboard/fairness.py)
     replica: ReplicaLag | None = None  # read from a standby: how far behind; None: read from a primary
+    outbox: OutboxFigures | None = None  # with JOBQ["SHARDS"]: the database's outbox; None: not read
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
         return _jsonable(dataclasses.asdict(self))  # type: ignore[no-any-return]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxFigures:
+    """The jobs a database's outbox holds for other databases, not relayed yet (managers/outbox.py)."""
+
+    jobs: int
+    oldest_seconds: float | None  # how long the oldest has waited; None: none waits
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,6 +253,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
         table=table_figures(connection, {}) if upkeep else None,
         fair=fair_keys(connection, now),
         replica=replica_lag(connection),
+        outbox=_outbox(connection, now) if jobq_settings().shards else None,
     )
 
 
@@ -340,6 +350,14 @@ def filter_names(limit: int = 500, using: str | None = None) -> tuple[list[str],
     for kind, name in _run(connection, engine_of(connection).stats.FILTER_NAMES, limit=limit):
         (queues if kind == "queue" else tasks).add(name)
     return sorted(queues), sorted(tasks)
+
+
+def _outbox(connection: BaseDatabaseWrapper, now: dt.datetime) -> OutboxFigures:
+    jobs, oldest = _run(connection, engine_of(connection).stats.OUTBOX)[0]
+    since = engine_of(connection).text_time(oldest)
+    return OutboxFigures(
+        jobs=jobs, oldest_seconds=None if since is None else max(0.0, (now - since).total_seconds())
+    )
 
 
 def _run(connection: BaseDatabaseWrapper, statement: str, **params: Any) -> list[tuple[Any, ...]]:

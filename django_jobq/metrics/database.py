@@ -55,13 +55,13 @@ STATES = {
 }  # fmt: skip
 # Every family the collector may give (jobq_reaper_lease_seconds_left only once a reaper ran,
 # jobq_table_bytes and jobq_oldest_transaction_seconds on PostgreSQL only, jobq_replica_lag_seconds
-# only when the read alias is a standby).
+# only when the read alias is a standby, jobq_outbox_* with JOBQ["SHARDS"] only).
 FAMILIES = (
     "jobq_database_up", "jobq_queue_jobs", "jobq_queue_due_jobs", "jobq_queue_expired_leases",
     "jobq_queue_lag_seconds", "jobq_queue_paused", "jobq_queue_unserved", "jobq_workers_alive",
     "jobq_reaper_lease_seconds_left", "jobq_table_bytes", "jobq_oldest_transaction_seconds",
     "jobq_fair_key_due_jobs", "jobq_fair_key_wait_seconds",
-    "jobq_replica_lag_seconds",
+    "jobq_replica_lag_seconds", "jobq_outbox_jobs", "jobq_outbox_oldest_seconds",
 )  # fmt: skip
 
 
@@ -328,6 +328,19 @@ def _figures(connection: BaseDatabaseWrapper) -> list[GaugeMetricFamily]:
         for name in capped:
             tasks.add_metric([name], held.get(task_seats(name), 0))
         families.append(tasks)
+    if conf.shards:  # the outbox of this database: jobs written for other databases, not relayed yet
+        jobs, oldest = run(engine.stats.OUTBOX)[0]
+        since = engine.text_time(oldest)
+        waiting = GaugeMetricFamily(
+            "jobq_outbox_jobs", "Jobs in this database's outbox, not relayed to their queue's database yet."
+        )
+        waiting.add_metric([], jobs)
+        age = GaugeMetricFamily(
+            "jobq_outbox_oldest_seconds",
+            "How long the oldest job of this database's outbox has waited (0: none).",
+        )
+        age.add_metric([], 0.0 if since is None or now is None else max(0.0, (now - since).total_seconds()))
+        families += [waiting, age]
     if conf.fair_queues() and now is not None:
         families += _fair_families(functools.partial(run, engine.stats.FAIR_KEYS), engine.text_time, now)
     return families

@@ -6,14 +6,17 @@ never a server error."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.db import ProgrammingError
+from django.db import ProgrammingError, transaction
+from django.utils import timezone
 
 from django_jobq.conf import on_database
-from django_jobq.models import Job, JobStatus, QueueState
+from django_jobq.managers.outbox import OutboxManager
+from django_jobq.models import Job, JobStatus, OutboxEntry, QueueState
 from tests.integration.conftest import dead_job, make_job
 from tests.servers.shards import SHARDS
 
@@ -186,6 +189,28 @@ def test_the_dashboard_adds_the_databases_up_and_names_one_that_is_down(placed, 
     finally:
         placed["jobs3"].start()
     assert admin_client.get(JOBS, {"database": "jobs3"}).status_code == 200  # back, once it is
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_the_dashboard_shows_each_databases_outbox_and_marks_one_left_late(placed, admin_client, monkeypatch):
+    monkeypatch.setattr(OutboxManager, "_relay_committed", lambda *args: None)  # the relay never came
+    with transaction.atomic():  # on the home database, for queues of jobs2 and jobs3: its outbox
+        Job.objects.enqueue("test.noop", queue="reports")
+        Job.objects.enqueue("test.noop", queue="archive")
+    table = admin_client.get(DASHBOARD).content.decode()
+    table = table[
+        table.index('id="jobq-databases"') : table.index("</table>", table.index('id="jobq-databases"'))
+    ]
+    rows = {
+        re.sub(r"<[^>]*>", "", row.split(">", 1)[1].split("</th>")[0]).strip(): row
+        for row in table.split("<tr")[2:]
+    }
+    assert re.search(r'<td class="jobq-num"[^>]*>2</td></tr>', rows["all 3 of 3 databases"])
+    assert ">0</td>" in rows["jobs2 (shard 1)"].rsplit("<td", 1)[1]
+    assert "jobq-alert" not in rows["default (shard 0)"].rsplit("<td", 1)[1]  # a second old: not late
+    OutboxEntry.objects.update(created_at=timezone.now() - dt.timedelta(minutes=5))
+    page = admin_client.get(DASHBOARD).content.decode()
+    assert re.search(r'jobq-alert"[^>]*>2 \(oldest 5m', page), "an entry 5 minutes old is late"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,8 +6,10 @@ the others are reported; and the workers' counters, labelled with the database e
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
-from django_jobq import metrics
+from django_jobq import dashboard, metrics
+from django_jobq.managers.outbox import OutboxManager
 from django_jobq.metrics import worker as worker_metrics
 from django_jobq.models import Job
 from django_jobq.worker import Worker
@@ -93,3 +95,18 @@ def test_the_workers_counters_name_the_database_each_job_ran_on(placed):
         and dict(key[1]).get("task") == "test.noop"
         and dict(key[1]).get("queue") in ("reports", "archive")
     ]
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_job_waiting_in_an_outbox_is_a_figure_of_that_database(placed, fresh_figures, monkeypatch):
+    monkeypatch.setattr(OutboxManager, "_relay_committed", lambda *args: None)  # the relay never came
+    with transaction.atomic():  # on the home database, for a queue of jobs2: through its outbox
+        Job.objects.enqueue("test.noop", queue="reports")
+        Job.objects.enqueue("test.noop", queue="archive")
+    found = samples()
+    assert of(found, "jobq_outbox_jobs", database="default") == 2
+    assert of(found, "jobq_outbox_jobs", database="jobs2") == 0
+    assert of(found, "jobq_outbox_oldest_seconds", database="default") >= 0
+    assert of(found, "jobq_outbox_oldest_seconds", database="jobs2") == 0
+    snap = dashboard.snapshot()
+    assert snap.outbox is not None and snap.outbox.jobs == 2 and snap.outbox.oldest_seconds is not None

@@ -108,6 +108,10 @@ RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING}
 # (MAX_RUNNING's seats, worker/seats.py). One row per seat of a capped queue. Read-only.
 SEATS_HELD = f"SELECT queue, count(*) FROM jobq_cap_seat WHERE holder IS NOT NULL AND lease_until >= {NOW} GROUP BY queue"
 
+# outbox: the jobs of this database's outbox not relayed to their queue's database yet, and when the
+# oldest was written (NULL: none); read with JOBQ["SHARDS"] only (managers/outbox.py). Read-only.
+OUTBOX = "SELECT count(*), min(created_at) FROM jobq_outbox"
+
 # health: for the metrics' collector, one row: the workers alive (not stopped, a heartbeat within the
 # last %(alive)s seconds: jobq_worker_seen), the seconds left on the reaper's lease (NULL: no reaper
 # ever ran; negative: none holds it now), the sizes of jobq_job and of its indexes in bytes (read

@@ -60,6 +60,10 @@ RUNNING_BY_TASK = f"SELECT task, count(*) FROM jobq_job WHERE status = {RUNNING}
 # no capped queues on SQLite: its seats table stays empty (sql/postgres/stats.py)
 SEATS_HELD = f"SELECT queue, count(*) FROM jobq_cap_seat WHERE holder IS NOT NULL AND lease_until >= {NOW} GROUP BY queue"
 
+# outbox: the jobs of this database's outbox not relayed to their queue's database yet, and when the
+# oldest was written (NULL: none); read with JOBQ["SHARDS"] only (managers/outbox.py). Read-only.
+OUTBOX = "SELECT count(*), min(created_at) FROM jobq_outbox"
+
 # health: as PostgreSQL's, without the sizes and the oldest transaction (NULL).
 HEALTH = f"""
 SELECT (SELECT count(*) FROM jobq_worker
