@@ -55,6 +55,7 @@ def get_result(alias: str, result_id: Any) -> Any:
     job = None
     if 0 < job_id < 1 << 63:
         try:
+            job_id = Job.objects.current_id(job_id)  # moved by jobq_queue move: where it went
             database = database_of_job(job_id)
         except UnknownShard:
             raise TaskResultDoesNotExist(f"no task result {result_id!r:.100} (no such shard)") from None

@@ -17,6 +17,7 @@ from django.utils import timezone
 from .. import validation
 from ..conf import jobq_settings
 from ..exceptions import InvalidJob
+from ..shards import database_of_job, on_shard
 from ..sql import Engine, Result, engine_of
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 CONFLICT_RETRIES = 5  # runs of a statement that PostgreSQL aborted to break a deadlock, at most
+MOVE_HOPS = 16  # moves of one job followed by current_ids, at most
 
 
 def retrying_conflicts(alias: str, run: Callable[[], T]) -> T:
@@ -164,6 +166,33 @@ class BaseJobManager(models.Manager["Job"]):
         conf = jobq_settings()
         self._engine().set_timeouts(wrapper, conf.statement_timeout, conf.lock_timeout)
         wrapper._jobq_bounded = raw  # type: ignore[attr-defined]
+
+    def current_ids(self, job_ids: Sequence[int]) -> list[int]:
+        """The ids ``job_ids`` have now, in order: with JOBQ["SHARDS"], a job that ``jobq_queue move``
+        took off its database is found under the id it was given where it went (followed over later
+        moves: at most MOVE_HOPS); any other id as it is. A statement per database the ids name, only
+        with SHARDS (nothing is ever moved without); UnknownShard for an id of no configured one."""
+        if not jobq_settings().shards or not job_ids:
+            return list(job_ids)
+        now = {job_id: job_id for job_id in job_ids}
+        for _ in range(MOVE_HOPS):
+            by_database: dict[str, list[int]] = {}
+            for job_id in set(now.values()):
+                by_database.setdefault(database_of_job(job_id), []).append(job_id)
+            went: dict[int, int] = {}
+            for alias, ids in by_database.items():
+                with on_shard(alias):
+                    went.update(
+                        (int(old), int(new)) for old, new in self._execute(self._sql().MOVED_TO, {"ids": ids})
+                    )
+            if not went:
+                break
+            now = {asked: went.get(job_id, job_id) for asked, job_id in now.items()}
+        return [now[job_id] for job_id in job_ids]
+
+    def current_id(self, job_id: int) -> int:
+        """current_ids for one id."""
+        return self.current_ids([job_id])[0]
 
     def worker_is_live(self, worker_id: str, within: float) -> bool:
         """Whether a running worker recorded ``worker_id`` in the last ``within`` seconds."""

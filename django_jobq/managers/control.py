@@ -28,7 +28,7 @@ class ControlManager(BaseJobManager):
         is freed); a RUNNING job is asked to stop (its ``context.cancelled`` is set within a heartbeat,
         and its run ends CANCELLED whatever it returns); a finished job is left alone. ``by`` says who
         asked (kept in ``cancelled_by``)."""
-        job_id = validation.integer(job_id, "job id", 1, MAX_JOB_ID)
+        job_id = self.current_id(validation.integer(job_id, "job id", 1, MAX_JOB_ID))
         by = _by(by)
         with on_shard(database_of_job(job_id)):
             return self._cancel_one(job_id, by)
@@ -69,7 +69,9 @@ class ControlManager(BaseJobManager):
         if ids is not None:
             if isinstance(ids, str | bytes) or not isinstance(ids, Sequence) or len(ids) > MAX_CANCEL_IDS:
                 raise InvalidJob(f"ids must be a sequence of at most {MAX_CANCEL_IDS} job ids")
-            wanted = sorted({validation.integer(i, "job id", 1, MAX_JOB_ID) for i in ids})
+            wanted = sorted(
+                set(self.current_ids([validation.integer(i, "job id", 1, MAX_JOB_ID) for i in ids]))
+            )
         if not jobq_settings().shards:
             return self._cancel_many_here(wanted, queue, task, tags_json, by)
         cancelled = requested = 0
@@ -122,7 +124,7 @@ class ControlManager(BaseJobManager):
     ) -> bool:
         """Move a PENDING job to ``run_at`` (aware) and/or give it ``priority``, in one guarded statement;
         False when the job is not PENDING (claimed meanwhile, finished) or does not exist."""
-        job_id = validation.integer(job_id, "job id", 1, MAX_JOB_ID)
+        job_id = self.current_id(validation.integer(job_id, "job id", 1, MAX_JOB_ID))
         if run_at is None and priority is None:
             raise InvalidJob("reschedule() needs run_at or priority")
         params = self._notify_params({

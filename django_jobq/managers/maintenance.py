@@ -52,7 +52,7 @@ class MaintenanceManager(BaseJobManager):
         another job holds, stay DEAD. ``spread`` seconds: each job's run_at is that of the call plus a
         random share of it. Workers waiting for work on the queues of the jobs due now are woken, as
         by an enqueue (on commit)."""
-        ids = [validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids]
+        ids = self.current_ids([validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids])
         if not jobq_settings().shards:
             return self._requeue_here(ids, run_at, priority, spread)
         requeued = []

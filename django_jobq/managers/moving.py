@@ -82,14 +82,16 @@ class MoveManager(OutboxManager):
             for job in rows:
                 key = placement_key(job["dedupe_key"], job["concurrency_key"], None)
                 placed.setdefault(choose(targets, key), []).append(job)
-            job_ids, databases, jobs = [], [], []
+            old_ids, job_ids, databases, jobs = [], [], [], []
             for target, group in placed.items():
                 with on_shard(target):
                     reserved = self._execute(sql.RESERVE_IDS, {"count": len(group)})[0][0]
                 for new_id, job in zip(reserved, group, strict=True):
+                    old_ids.append(int(job["id"]))
                     job_ids.append(int(new_id))
                     databases.append(target)
                     jobs.append(json.dumps(_entry(job)))
+            self._execute(sql.MOVE_FORWARD, {"old_ids": old_ids, "new_ids": job_ids})  # calls by old ids
             written = {"job_ids": job_ids, "databases": databases, "jobs": jobs}
             return [int(row[0]) for row in self._execute(sql.OUTBOX_WRITE, written)]
 

@@ -29,7 +29,7 @@ class WaitingManager(BaseJobManager):
         WaitTimeout after ``timeout`` seconds; InvalidJob if there is no such job. Runs on its own
         connection (the caller's transaction is not used: a job enqueued in it cannot finish before
         it commits; nor are the caller's thread's Django connections). ``poll``: seconds between reads when no notification comes (JOBQ["POLL_INTERVAL"])."""
-        job_id = validation.integer(job_id, "job id", 1, (1 << 63) - 1)
+        job_id = self.current_id(validation.integer(job_id, "job id", 1, (1 << 63) - 1))
         with on_shard(database_of_job(job_id)):
             return self._wait_here(job_id, timeout=timeout, poll=poll)
 

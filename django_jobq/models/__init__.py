@@ -3,7 +3,7 @@
 from ..status import JobStatus as JobStatus  # django_jobq.models.JobStatus, as documented
 from .bulk import BulkAction
 from .jobs import ContainmentIndex, DeadJob, Job
-from .outbox import OutboxEntry
+from .outbox import MovedJob, OutboxEntry
 from .schedules import Schedule, ScheduleSource, ScheduleTick
 from .workers import CapSeat, InboundMark, MaintenanceLease, QueueState, RateBucket, RateWindow, WorkerRecord
 from .workflows import Dependency, Workflow
@@ -18,6 +18,7 @@ __all__ = [
     "Job",
     "JobStatus",
     "MaintenanceLease",
+    "MovedJob",
     "OutboxEntry",
     "QueueState",
     "RateBucket",

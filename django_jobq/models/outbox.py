@@ -1,5 +1,6 @@
 """The outbox: jobs for a queue on another database, written in the caller's transaction on its own
-database and relayed to the queue's database after it commits (django_jobq.managers.outbox)."""
+database and relayed to the queue's database after it commits (django_jobq.managers.outbox); and
+where moved jobs went (django_jobq.managers.moving)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,19 @@ class OutboxEntry(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} for {self.database}"
+
+
+class MovedJob(models.Model):
+    """A job that ``jobq_queue move`` took off this database: the id it has where it went (its
+    database is the one that id names), so that calls by its old id find it."""
+
+    old_id = models.BigIntegerField(primary_key=True, help_text="the job's id on this database")
+    new_id = models.BigIntegerField(help_text="its id on the database it was moved to")
+    moved_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "jobq_moved"
+        verbose_name = "moved job"
+
+    def __str__(self) -> str:
+        return f"job {self.old_id}, now {self.new_id}"

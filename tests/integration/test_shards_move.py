@@ -161,3 +161,37 @@ def test_move_refuses_a_database_the_queue_is_on_and_an_unknown_one(spread):
         move("reports")
     with pytest.raises(CommandError, match="batch must be between 1 and 500"):
         move("reports", "--from", "jobs3", "--batch", "0")
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_moved_job_is_found_by_its_old_id_by_every_call_that_takes_one(spread, settings):
+    from tests.testapp import dtasks
+
+    settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": ["default", "reports"]}}
+    old = [Job.objects.enqueue("test.noop", {"n": n}, queue="reports") for n in range(5)]
+    old.append(int(dtasks.add.using(queue_name="reports").enqueue(1, 2).id))  # a Django task's result id
+    assert {shards.database_of_job(i) for i in old} == {"jobs2"}
+    moved_to(settings, {"DATABASE": "jobs3"})
+    assert "moved 6 PENDING job(s)" in move("reports", "--from", "jobs2")
+    assert where(old) == set()  # gone from jobs2 ...
+    new = Job.objects.current_ids(old)
+    assert {shards.database_of_job(i) for i in new} == {"jobs3"} and where(new) == {
+        "jobs3"
+    }  # ... found on jobs3
+    assert Job.objects.current_id(new[0]) == new[0]  # a current id is its own
+    later = timezone.now() + dt.timedelta(hours=1)
+    assert Job.objects.reschedule(old[0], run_at=later, priority=3)
+    assert Job.objects.using("jobs3").get(id=new[0]).priority == 3
+    assert Job.objects.cancel(old[1]).name == "CANCELLED"
+    assert Job.objects.cancel_many(ids=[old[2], old[3]]).cancelled == 2
+    assert Job.objects.requeue(old[1])  # CANCELLED -> PENDING, on jobs3
+    assert Job.objects.using("jobs3").get(id=new[1]).status == JobStatus.PENDING
+    Job.objects.using("jobs3").filter(id=new[4]).update(status=JobStatus.DONE, finished_at=timezone.now(),
+                                                         result={"ok": True})  # fmt: skip
+    assert Job.objects.wait_for(old[4], timeout=5).id == new[4]
+    assert str(dtasks.add.get_result(str(old[5])).id) == str(new[5])
+    # moved again: followed over both moves
+    moved_to(settings, {"DATABASE": "jobs2"})
+    assert "moved" in move("reports", "--from", "jobs3")
+    again = Job.objects.current_id(old[5])
+    assert shards.database_of_job(again) == "jobs2" and where([again]) == {"jobs2"}

@@ -104,3 +104,15 @@ FROM jobq_job WHERE queue = %(queue)s AND status IN ({PENDING}, {WAITING})
 JOBS_PRESENT = """
 SELECT id FROM jobq_job WHERE id = ANY(%(ids)s::bigint[])
 """
+
+# move_forward: where the jobs of a move's batch went (old id -> new id), in the transaction that
+# takes them off this database, so an old id is forwarded exactly when its job left.
+MOVE_FORWARD = """
+INSERT INTO jobq_moved (old_id, new_id)
+SELECT * FROM unnest(%(old_ids)s::bigint[], %(new_ids)s::bigint[])
+ON CONFLICT (old_id) DO NOTHING
+"""
+
+# moved_to: of the jobs %(ids)s, those moved off this database, each with the id it was given where it
+# went (an id without a row was not moved). Read-only: the primary key's index.
+MOVED_TO = "SELECT old_id, new_id FROM jobq_moved WHERE old_id = ANY(%(ids)s::bigint[])"
