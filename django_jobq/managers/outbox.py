@@ -59,22 +59,43 @@ class OutboxManager(BaseJobManager):
             run_at = (run_at or now) + dt.timedelta(seconds=params["delay"])
         job = {name: params[name] for name in _ARRAYS}
         job["run_at"] = None if run_at is None else run_at.isoformat()
-        with on_shard(target):
-            job_id = int(self._execute(self._sql().RESERVE_IDS, {"count": 1})[0][0][0])
-        with on_shard(source):
-            written = {"job_ids": [job_id], "databases": [target], "jobs": [json.dumps(job)]}
-            entry = int(self._execute(self._sql().OUTBOX_WRITE, written)[0][0])
-        transaction.on_commit(lambda: self._relay_committed(source, entry), using=source, robust=True)
-        return job_id, now
+        return self._to_outbox(source, [(target, job)])[0], now
 
-    def _relay_committed(self, source: str, entry: int) -> None:
-        """After the caller's commit: relay its entry now (else the reaper does)."""
+    def _to_outbox(self, source: str, jobs: list[tuple[str, dict[str, Any]]]) -> list[int]:
+        """Write ``jobs`` (each its database and its checked columns) to the outbox of ``source``,
+        in the caller's transaction there, each under an id reserved on its database (a statement per
+        database); their ids, in order. They are relayed once that transaction commits."""
+        ids = [0] * len(jobs)
+        by_target: dict[str, list[int]] = defaultdict(list)
+        for index, (target, _) in enumerate(jobs):
+            by_target[target].append(index)
+        for target, indexes in by_target.items():
+            with on_shard(target):
+                reserved = self._execute(self._sql().RESERVE_IDS, {"count": len(indexes)})[0][0]
+            for index, job_id in zip(indexes, reserved, strict=True):
+                ids[index] = int(job_id)
+        with on_shard(source):
+            written = {
+                "job_ids": ids,
+                "databases": [target for target, _ in jobs],
+                "jobs": [json.dumps(job) for _, job in jobs],
+            }
+            entries = [int(row[0]) for row in self._execute(self._sql().OUTBOX_WRITE, written)]
+        transaction.on_commit(lambda: self._relay_committed(source, entries), using=source, robust=True)
+        return ids
+
+    def _relay_committed(self, source: str, entries: list[int]) -> None:
+        """After the caller's commit: relay its entries now (else the reaper does)."""
         try:
             with on_database(source):
-                self.relay_outbox([entry])
+                for start in range(0, len(entries), RELAY_BATCH):
+                    self.relay_outbox(entries[start : start + RELAY_BATCH])
         except DatabaseError as exc:
             logger.warning(
-                "outbox entry %s on %s: not relayed yet (%s); the reaper relays it", entry, source, exc
+                "outbox entries %s on %s: not relayed yet (%s); the reaper relays them",
+                entries[:20],
+                source,
+                exc,
             )
 
     def relay_outbox(self, ids: list[int] | None = None, *, grace: float | None = None) -> int:

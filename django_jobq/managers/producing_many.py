@@ -12,7 +12,7 @@ from django.db import DatabaseError, connections, transaction
 from .. import fairness, tracing, validation
 from ..conf import jobq_settings
 from ..exceptions import ForeignTransaction, InvalidJob, JobqError, PartlyWritten, SpansDatabases
-from ..shards import choose, on_shard, placement_key, shared_databases, working_database
+from ..shards import choose, on_shard, outbox_source, placement_key, shared_databases, working_database
 from ..sql.engine import NewRow
 from .base import retrying_conflicts
 from .producing import NewJob, ProducerManager
@@ -33,6 +33,8 @@ class BulkProducerManager(ProducerManager):
         if not jobq_settings().shards:
             return self._enqueue_many(jobs, on_duplicate)
         placed = self._placed(jobs)
+        if (source := self._joined_transaction(placed)) is not None:
+            return self._enqueue_joined(source, placed, jobs, on_duplicate)
         if len(placed) == 1:
             ((alias, batch),) = placed.items()
             with on_shard(alias, writes_jobs=True):
@@ -75,6 +77,45 @@ class BulkProducerManager(ProducerManager):
         except SpansDatabases:
             each = {queue: choose(shared_databases([queue]), None) for queue in queues}
             return lambda job: each[self._options(job.task, job.queue, job.priority, job.max_attempts)[1]]
+
+    @staticmethod
+    def _joined_transaction(placed: dict[str, list[NewJob]]) -> str | None:
+        """The database whose open transaction the batch joins through its outbox (some of its jobs
+        go to other databases: django_jobq.shards.outbox_source), or None."""
+        for alias in placed:
+            if (source := outbox_source(alias)) is not None:
+                return source
+        return None
+
+    def _enqueue_joined(
+        self, source: str, placed: dict[str, list[NewJob]], jobs: list[NewJob], on_duplicate: str
+    ) -> list[int]:
+        """A batch inside a transaction on ``source``: its jobs for ``source`` in one statement there,
+        the others through its outbox (managers/outbox.py), all in that transaction: they commit or
+        roll back with it. Everything is checked first; a job the outbox cannot carry (a dedupe key,
+        a queue with a MAX_DEPTH: decided on its database at once) is ForeignTransaction, nothing
+        written. Ids grouped by database, ``source``'s first."""
+        for _ in self._rows(jobs, set()):
+            pass  # every job checked before anything is written
+        limits = jobq_settings().depth_limits()
+        carried: list[tuple[str, dict[str, Any]]] = []
+        for alias, batch in placed.items():
+            if alias == source:
+                continue
+            for row in self._rows(batch, set()):
+                if row.dedupe_key is not None or row.queue in limits:
+                    raise ForeignTransaction(
+                        f"queue {row.queue!r} is on database {alias!r}, and this enqueue_many runs inside "
+                        f"a transaction on {source!r}: a job with a dedupe key, or of a queue with a "
+                        "MAX_DEPTH, is decided on its database at once, which the outbox cannot do; "
+                        "nothing was written (docs/operations/shards.md)"
+                    )
+                carried.append((alias, _outbox_job(row)))
+        written: list[int] = []
+        if source in placed:
+            with on_shard(source, writes_jobs=True):
+                written += self._enqueue_many(placed[source], on_duplicate)
+        return written + self._to_outbox(source, carried)
 
     def _enqueue_spread(
         self, placed: dict[str, list[NewJob]], jobs: list[NewJob], on_duplicate: str
@@ -207,3 +248,13 @@ class BulkProducerManager(ProducerManager):
                 trace_context,
                 fairness_key,
             )
+
+
+def _outbox_job(row: NewRow) -> dict[str, Any]:
+    """A checked job as its outbox entry's columns (managers/outbox.py, as _through_outbox writes them)."""
+    return {
+        "task": row.task, "queue": row.queue, "payload": row.payload, "priority": row.priority,
+        "run_at": None if row.run_at is None else row.run_at.isoformat(), "max_attempts": row.max_attempts,
+        "concurrency_key": row.concurrency_key, "tags": row.tags, "trace_context": row.trace_context,
+        "fairness_key": row.fairness_key,
+    }  # fmt: skip

@@ -145,14 +145,15 @@ def test_what_the_outbox_cannot_carry_is_refused_before_anything_is_written(plac
         lambda: Job.objects.enqueue("test.noop", queue="reports", dedupe_key="k"),  # decided at once
         lambda: Job.objects.enqueue_or_get("test.noop", queue="reports", dedupe_key="k"),
         lambda: Job.objects.enqueue("test.noop", queue="capped"),  # MAX_DEPTH: decided at once
-        lambda: Job.objects.enqueue_many([NewJob("test.noop", queue="reports")]),
+        lambda: Job.objects.enqueue_many([NewJob("test.noop", queue="reports", dedupe_key="k")]),
+        lambda: Job.objects.enqueue_many([NewJob("test.noop"), NewJob("test.noop", queue="capped")]),
     ]
     for call in refused:
         with pytest.raises(ForeignTransaction), transaction.atomic():
             call()
     with pytest.raises(ForeignTransaction), transaction.atomic(), transaction.atomic(using="jobs3"):
         Job.objects.enqueue("test.noop", queue="reports")  # open on two other databases
-    assert on("jobs2") == [] and outbox() == [] and outbox("jobs3") == []
+    assert on("jobs2") == [] and on("default") == [] and outbox() == [] and outbox("jobs3") == []
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
