@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from .. import dashboard
-from ..conf import jobq_settings, on_database
+from ..conf import jobq_settings
 from ..dashboard.workflows import WORKFLOWS_LIMIT
 from ..shards import every_database, working_database
+from . import database_reads
 from .common import breadcrumbs, console_alias, exact_time, lanes_text, time_cell
 from .databases import database_query, label
 from .queues import may_pause
@@ -78,24 +78,20 @@ OUTBOX_LATE_SECONDS = 60.0
 
 
 def _databases(snap: dashboard.Snapshot) -> dict[str, Any]:
-    """With JOBQ["SHARDS"]: a row of totals per database (``snap`` is the one the page shows; a
-    database that cannot be read is a row that says so), their sum, and the query that keeps the
-    page's links on its database. Runs inside on_requested_database."""
+    """With JOBQ["SHARDS"]: a row of totals per database (``snap`` is the one the page shows; the
+    others read at once, admin/database_reads.py: one that cannot be read, or not in time, is a row
+    that says so), their sum, and the query that keeps the page's links on its database. Runs inside
+    on_requested_database."""
     if not jobq_settings().shards:
         return {"on_db": "", "db_link": ""}
     shown = working_database()
+    others = database_reads.snapshots(alias for alias in every_database() if alias != shown)
     rows: list[dict[str, Any]] = []
     for alias in every_database():
         row: dict[str, Any] = {"alias": alias, "label": label(alias), "selected": alias == shown}
-        try:
-            if alias == shown:
-                its = snap
-            else:
-                with on_database(alias):  # from its read alias (a replica of the home database)
-                    its = dashboard.snapshot()
-        except DatabaseError as exc:
-            connections[alias].close()
-            row["error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        its = snap if alias == shown else others[alias]
+        if isinstance(its, str):
+            row["error"] = its
         else:
             row["total"], row["outbox"] = its.total, its.outbox
             if its.outbox is not None and its.outbox.oldest_seconds is not None:

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 
+import psycopg
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.db import ProgrammingError, transaction
 from django.utils import timezone
 
+from django_jobq.admin import database_reads
 from django_jobq.conf import on_database
 from django_jobq.managers.outbox import OutboxManager
 from django_jobq.models import Job, JobStatus, OutboxEntry, QueueState
+from django_jobq.notify.listener import connection_params
+from tests.conftest import wait_until
 from tests.integration.conftest import dead_job, make_job
 from tests.servers.shards import SHARDS
 
@@ -189,6 +194,31 @@ def test_the_dashboard_adds_the_databases_up_and_names_one_that_is_down(placed, 
     finally:
         placed["jobs3"].start()
     assert admin_client.get(JOBS, {"database": "jobs3"}).status_code == 200  # back, once it is
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_database_slow_to_answer_is_a_row_that_says_so_while_the_others_are_shown(
+    placed, admin_client, monkeypatch
+):
+    monkeypatch.setattr(database_reads, "READ_SECONDS", 1.0)
+    on("jobs2", queue="reports")
+    holder = psycopg.connect(**connection_params("jobs3"), autocommit=False)
+    try:  # a lock every read of jobq_job on jobs3 waits for, until released
+        holder.execute("LOCK TABLE jobq_job IN ACCESS EXCLUSIVE MODE")
+        release = threading.Timer(20, holder.rollback)  # whatever happens, the lock goes
+        release.start()
+        page = admin_client.get(DASHBOARD).content.decode()
+        table = page[page.index('id="jobq-databases"') :]
+        assert "did not answer within 1 s" in table and "all 2 of 3 databases" in table
+        assert re.search(r"all 2 of 3 databases</th><td class=\"jobq-num\">1<", table)  # jobs2's job, shown
+        again = admin_client.get(DASHBOARD).content.decode()  # the read still waits: not read again
+        assert "did not answer within 1 s" in again
+        release.cancel()
+        holder.rollback()
+        wait_until(lambda: "all 3 of 3 databases" in admin_client.get(DASHBOARD).content.decode(),
+                   message="the database answering again")  # fmt: skip
+    finally:
+        holder.close()
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
