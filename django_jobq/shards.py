@@ -113,8 +113,11 @@ def _answering(databases: Sequence[str]) -> str:
     for alias in databases:
         if _UNREACHABLE.get(alias, 0.0) > now:
             continue
+        connection = connections[alias]
+        if connection.connection is not None and connection.errors_occurred and not connection.is_usable():
+            connection.close()  # open, but its server went away since: connect anew (or pass it over)
         try:
-            connections[alias].ensure_connection()
+            connection.ensure_connection()
         except DatabaseError:
             _UNREACHABLE[alias] = time.monotonic() + UNREACHABLE_SECONDS
             continue

@@ -49,7 +49,7 @@ def get_result(alias: str, result_id: Any) -> Any:
     from ..registry import resolve_task
 
     try:
-        job_id = int(str(result_id))
+        asked = job_id = int(str(result_id))
     except ValueError:
         raise TaskResultDoesNotExist(f"no task result {result_id!r:.100}") from None
     job = None
@@ -65,11 +65,12 @@ def get_result(alias: str, result_id: Any) -> Any:
     task = django_task_of(resolve_task(job.task))
     if task is None:
         raise TaskResultDoesNotExist(f"job {job_id} is not a Django task's ({job.task!r:.100})")
-    return result_of(job, task, alias)
+    return result_of(job, task, alias, str(asked))
 
 
-def result_of(job: Job, task: Any, alias: str) -> Any:
-    """Django's TaskResult for a job row with RESULT_COLUMNS loaded."""
+def result_of(job: Job, task: Any, alias: str, result_id: str | None = None) -> Any:
+    """Django's TaskResult for a job row with RESULT_COLUMNS loaded, under ``result_id`` (the id it
+    was asked by: a job moved by jobq_queue move keeps the one its caller holds), else its own."""
     status = _STATUS[job.status]
     history = [entry for entry in (job.errors or []) if isinstance(entry, dict)]
     worker_ids = [str(entry.get("worker") or "") for entry in history]
@@ -77,7 +78,7 @@ def result_of(job: Job, task: Any, alias: str) -> Any:
         worker_ids.append(job.worker_id)
     payload = job.payload if isinstance(job.payload, dict) else {}
     result: Any = TaskResult(
-        task=_as_enqueued(task, job), id=str(job.id), status=status, enqueued_at=job.created_at,
+        task=_as_enqueued(task, job), id=result_id or str(job.id), status=status, enqueued_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, last_attempted_at=job.started_at,
         args=list(payload.get("args") or []), kwargs=dict(payload.get("kwargs") or {}), backend=alias,
         errors=[_error(entry) for entry in history], worker_ids=worker_ids,

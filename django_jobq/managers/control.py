@@ -28,10 +28,15 @@ class ControlManager(BaseJobManager):
         is freed); a RUNNING job is asked to stop (its ``context.cancelled`` is set within a heartbeat,
         and its run ends CANCELLED whatever it returns); a finished job is left alone. ``by`` says who
         asked (kept in ``cancelled_by``)."""
-        job_id = self.current_id(validation.integer(job_id, "job id", 1, MAX_JOB_ID))
+        asked = validation.integer(job_id, "job id", 1, MAX_JOB_ID)
         by = _by(by)
+        job_id = self.current_id(asked)
         with on_shard(database_of_job(job_id)):
-            return self._cancel_one(job_id, by)
+            outcome = self._cancel_one(job_id, by)
+        if outcome is CancelOutcome.NOT_FOUND and (moved := self.current_id(job_id)) != job_id:
+            with on_shard(database_of_job(moved)):  # moved meanwhile (a move under way): where it went
+                outcome = self._cancel_one(moved, by)
+        return outcome
 
     def _cancel_one(self, job_id: int, by: str) -> CancelOutcome:
         while True:
@@ -135,4 +140,9 @@ class ControlManager(BaseJobManager):
         with on_shard(database_of_job(job_id)):
             rows = self._execute(self._sql().RESCHEDULE, params)
             self._wake([row[1] for row in rows if row[2]])
+        if not rows and (moved := self.current_id(job_id)) != job_id:  # moved meanwhile: where it went
+            params["id"] = moved
+            with on_shard(database_of_job(moved)):
+                rows = self._execute(self._sql().RESCHEDULE, params)
+                self._wake([row[1] for row in rows if row[2]])
         return bool(rows)

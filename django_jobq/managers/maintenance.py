@@ -52,15 +52,17 @@ class MaintenanceManager(BaseJobManager):
         another job holds, stay DEAD. ``spread`` seconds: each job's run_at is that of the call plus a
         random share of it. Workers waiting for work on the queues of the jobs due now are woken, as
         by an enqueue (on commit)."""
-        ids = self.current_ids([validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids])
+        ids = [validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids]
         if not jobq_settings().shards:
             return self._requeue_here(ids, run_at, priority, spread)
+        asked = dict(zip(self.current_ids(ids), ids, strict=True))  # a moved job's id now -> as asked
+        ids = list(asked)
         requeued = []
         for alias in {database_of_job(i): None for i in ids}:  # every id's database known before any write
             with on_shard(alias):
                 mine = [i for i in ids if database_of_job(i) == alias]
                 requeued += self._requeue_here(mine, run_at, priority, spread)
-        return requeued
+        return [asked.get(job_id, job_id) for job_id in requeued]
 
     def _requeue_here(
         self, ids: list[int], run_at: dt.datetime | None, priority: int | None, spread: float

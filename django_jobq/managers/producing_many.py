@@ -112,10 +112,11 @@ class BulkProducerManager(ProducerManager):
                     )
                 carried.append((alias, _outbox_job(row)))
         written: list[int] = []
-        if source in placed:
-            with on_shard(source, writes_jobs=True):
-                written += self._enqueue_many(placed[source], on_duplicate)
-        return written + self._to_outbox(source, carried)
+        with transaction.atomic(using=source):  # a savepoint: a database that fails undoes it all
+            if source in placed:
+                with on_shard(source, writes_jobs=True):
+                    written += self._enqueue_many(placed[source], on_duplicate)
+            return written + self._to_outbox(source, carried)
 
     def _enqueue_spread(
         self, placed: dict[str, list[NewJob]], jobs: list[NewJob], on_duplicate: str

@@ -17,7 +17,7 @@ from ..exceptions import InvalidJob, WaitTimeout
 from ..notify.listener import connection_params, listen_params
 from ..shards import database_of_job, on_shard
 from ..status import FINISHED
-from .base import BaseJobManager
+from .base import MOVE_HOPS, BaseJobManager
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -29,14 +29,21 @@ class WaitingManager(BaseJobManager):
         WaitTimeout after ``timeout`` seconds; InvalidJob if there is no such job. Runs on its own
         connection (the caller's transaction is not used: a job enqueued in it cannot finish before
         it commits; nor are the caller's thread's Django connections). ``poll``: seconds between reads when no notification comes (JOBQ["POLL_INTERVAL"])."""
-        job_id = self.current_id(validation.integer(job_id, "job id", 1, (1 << 63) - 1))
-        with on_shard(database_of_job(job_id)):
-            return self._wait_here(job_id, timeout=timeout, poll=poll)
-
-    def _wait_here(self, job_id: int, *, timeout: float, poll: float | None) -> Job:
-        """wait_for on the database this context works on."""
-        self._engine().capabilities.require("wait_for", "Job.objects.wait_for()")
+        job_id = validation.integer(job_id, "job id", 1, (1 << 63) - 1)
         timeout = validation.seconds(timeout, "timeout")
+        deadline = time.monotonic() + timeout
+        for _ in range(MOVE_HOPS + 1):
+            with on_shard(database_of_job(job_id)):
+                found = self._wait_here(job_id, timeout=max(0.0, deadline - time.monotonic()), poll=poll)
+            if not isinstance(found, int):
+                return found
+            job_id = found  # moved by jobq_queue move: wait for it where it went
+        raise InvalidJob(f"there is no job {job_id}")
+
+    def _wait_here(self, job_id: int, *, timeout: float, poll: float | None) -> Job | int:
+        """wait_for on the database this context works on; the job's new id when it was moved off
+        it (managers/moving.py: read on the wait's own connection, as everything else)."""
+        self._engine().capabilities.require("wait_for", "Job.objects.wait_for()")
         conf = jobq_settings()
         poll = conf.poll_interval if poll is None else validation.seconds(poll, "poll")
         deadline = time.monotonic() + timeout
@@ -61,6 +68,10 @@ class WaitingManager(BaseJobManager):
                 cursor = conn.execute(statements.JOB_ROW, {"id": job_id})
                 row = cursor.fetchone()
                 if row is None:
+                    if conf.shards and (
+                        moved := conn.execute(statements.MOVED_TO, {"ids": [job_id]}).fetchone()
+                    ):
+                        return int(moved[1])
                     raise InvalidJob(f"there is no job {job_id}")
                 job = self._build([column.name for column in cursor.description or ()], [row])[0]
                 if job.status in FINISHED:

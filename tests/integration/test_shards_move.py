@@ -184,14 +184,35 @@ def test_a_moved_job_is_found_by_its_old_id_by_every_call_that_takes_one(spread,
     assert Job.objects.using("jobs3").get(id=new[0]).priority == 3
     assert Job.objects.cancel(old[1]).name == "CANCELLED"
     assert Job.objects.cancel_many(ids=[old[2], old[3]]).cancelled == 2
-    assert Job.objects.requeue(old[1])  # CANCELLED -> PENDING, on jobs3
+    assert Job.objects.requeue_many([old[1]]) == [old[1]]  # CANCELLED -> PENDING on jobs3; as asked
     assert Job.objects.using("jobs3").get(id=new[1]).status == JobStatus.PENDING
     Job.objects.using("jobs3").filter(id=new[4]).update(status=JobStatus.DONE, finished_at=timezone.now(),
                                                          result={"ok": True})  # fmt: skip
     assert Job.objects.wait_for(old[4], timeout=5).id == new[4]
-    assert str(dtasks.add.get_result(str(old[5])).id) == str(new[5])
+    found = dtasks.add.get_result(str(old[5]))
+    assert found.id == str(old[5]) and found.status.name == "READY"  # the id its caller holds
     # moved again: followed over both moves
     moved_to(settings, {"DATABASE": "jobs2"})
     assert "moved" in move("reports", "--from", "jobs3")
     again = Job.objects.current_id(old[5])
     assert shards.database_of_job(again) == "jobs2" and where([again]) == {"jobs2"}
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_calls_by_id_while_a_move_commits_find_the_job_where_it_went(spread, settings, monkeypatch):
+    old = Job.objects.enqueue("test.noop", queue="reports")
+    moved_to(settings, {"DATABASE": "jobs3"})
+    real = type(Job.objects).current_ids
+    calls = []
+
+    def resolved_before_the_move(self, job_ids):  # the first resolution runs before the move commits
+        calls.append(list(job_ids))
+        if len(calls) == 1:
+            found = real(self, job_ids)
+            move("reports", "--from", "jobs2")
+            return found
+        return real(self, job_ids)
+
+    monkeypatch.setattr(type(Job.objects), "current_ids", resolved_before_the_move)
+    assert Job.objects.cancel(old).name == "CANCELLED"
+    assert Job.objects.using("jobs3").get(id=real(Job.objects, [old])[0]).status == JobStatus.CANCELLED

@@ -269,6 +269,26 @@ def test_a_batch_inside_a_transaction_commits_or_rolls_back_with_it_through_its_
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_a_batch_joining_a_transaction_writes_nothing_of_itself_when_a_database_fails(spread):
+    jobs = [NewJob("test.noop", {"n": n}, queue="pair", shard_key=f"s{n}") for n in range(20)]
+    down = spread["jobs3"]
+    down.stop("fast")
+    connections["jobs3"].close()
+    try:
+        with transaction.atomic(using="jobs2"):  # a caller that carries on when the enqueue fails
+            Job.objects.using("jobs2").create(task="test.noop", queue="reports")  # its own work
+            with pytest.raises(OperationalError):
+                Job.objects.enqueue_many(jobs)  # jobs3's ids cannot be reserved
+    finally:
+        down.start()
+        connections["jobs3"].close()
+    assert list(Job.objects.using("jobs2").values_list("queue", flat=True)) == [
+        "reports"
+    ]  # none of the batch
+    assert OutboxEntry.objects.using("jobs2").count() == 0
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
 def test_a_keyed_batch_for_the_home_database_and_a_shard_is_refused_in_any_transaction(spread):
     jobs = [NewJob("test.noop", queue="feeds", dedupe_key=f"k{n}") for n in range(30)]  # every database
     for alias in ALIASES:
