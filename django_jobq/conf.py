@@ -25,6 +25,7 @@ from .options import listen_target as listen_target  # re-exported
 DAY = 24 * 3600
 MAX_PAYLOAD_BYTES = 256 * 1024
 POOL_MODES = ("session", "transaction")
+DEFAULT_DATABASE = "default"  # JOBQ["DATABASE"] unless set
 MAX_SHARD = 1023  # shard numbers: ids of shard n are n << 48 and up (django_jobq.shards)
 METRICS_VIEWS = ("off", "staff", "token")
 
@@ -33,12 +34,15 @@ METRICS_VIEWS = ("off", "staff", "token")
 class JobqSettings:
     """Every knob of django-jobq; the JOBQ dict uses the same names in upper case."""
 
-    database: str = "default"  # database alias that holds jobq_job
+    database: str = DEFAULT_DATABASE  # database alias that holds jobq_job
     # alias the console and the metrics read (a streaming replica of DATABASE); None: a router's
     # replica for jobq's models, else DATABASE itself (django_jobq.replica)
     read_database: str | None = None
     read_lag_warning_seconds: float = 5  # the console says so when READ_DATABASE is further behind
     listen_database: str | None = None  # alias or DSN for LISTEN (bypassing a pooler); None: DATABASE
+    # with SHARDS, LISTEN_DATABASE may be a dict: each database's alias -> its LISTEN target (here;
+    # listen_database is then the home database's entry); not a key of JOBQ itself
+    listen_databases: dict[str, str] = dataclasses.field(default_factory=dict)
     pool_mode: str = "session"  # "transaction": DATABASE goes through a transaction-mode pooler
     clock: str = "database"  # "database": now() in SQL; "python": timezone.now() (tests with time-machine)
     lease_seconds: float = 60  # how long a claimed job belongs to its worker without a heartbeat
@@ -248,10 +252,21 @@ class JobqSettings:
             raise ConfigurationError(
                 'JOBQ["BULK_QUEUE"] must be a queue of JOBQ["DATABASE"] (the console\'s own)'
             )
-        if self.shards and self.pool_mode == "transaction":
-            raise ConfigurationError(
-                'JOBQ["SHARDS"] needs JOBQ["POOL_MODE"] = "session" (direct connections)'
-            )
+        for alias, target in self.listen_databases.items():
+            if alias != self.database and alias not in self.shards:
+                raise ConfigurationError(
+                    f'JOBQ["LISTEN_DATABASE"][{alias!r:.100}]: neither JOBQ["DATABASE"] nor an alias of '
+                    'JOBQ["SHARDS"]'
+                )
+            listen_target(target)
+        if self.pool_mode == "transaction" and self.notify:
+            for alias in self.shards:
+                if self.listen_databases.get(alias) in (None, alias):
+                    raise ConfigurationError(
+                        f'JOBQ["LISTEN_DATABASE"] must name a direct connection for shard {alias!r} too '
+                        "(a dict: each database's alias -> an alias or a DSN that bypasses the pooler) "
+                        'when JOBQ["POOL_MODE"] is "transaction"; or set JOBQ["NOTIFY"] = False'
+                    )
         for name, options in self.queues.items():
             if options.database is not None and options.database not in (self.database, *self.shards):
                 raise ConfigurationError(
@@ -310,11 +325,19 @@ class JobqSettings:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> JobqSettings:
-        known = {f.name.upper(): f.name for f in dataclasses.fields(cls)}
+        known = {f.name.upper(): f.name for f in dataclasses.fields(cls) if f.name != "listen_databases"}
         unknown = sorted(set(raw) - set(known))
         if unknown:
             raise ConfigurationError(f"Unknown JOBQ setting(s): {', '.join(unknown)}")
         values = {known[key]: value for key, value in raw.items()}
+        if isinstance(values.get("listen_database"), dict):  # each database's own LISTEN target
+            each = values["listen_database"]
+            if not raw.get("SHARDS") or not all(isinstance(alias, str) for alias in each):
+                raise ConfigurationError(
+                    'JOBQ["LISTEN_DATABASE"] is a dict (database alias -> LISTEN target) only with JOBQ["SHARDS"]'
+                )
+            values["listen_databases"] = dict(each)
+            values["listen_database"] = each.get(values.get("database", DEFAULT_DATABASE))
         for name in ("permanent_exceptions", "discard_on", "middleware"):
             if name in values:
                 if isinstance(values[name], str) or not isinstance(values[name], list | tuple):
@@ -350,10 +373,11 @@ def _configured() -> JobqSettings:
 
 @functools.cache
 def _placed(alias: str) -> JobqSettings:
-    # a placed database is read and listened to directly (READ_DATABASE and LISTEN_DATABASE name the
-    # home database's replica and direct connection)
+    # a placed database is read directly (READ_DATABASE names the home database's replica) and
+    # listened to directly, or on its own entry of a LISTEN_DATABASE dict (behind a pooler)
     placed = copy.copy(_configured())  # validated once, as configured: not again
-    for name, value in (("database", alias), ("read_database", None), ("listen_database", None)):
+    listen = _configured().listen_databases.get(alias)  # its own direct connection, if named
+    for name, value in (("database", alias), ("read_database", None), ("listen_database", listen)):
         object.__setattr__(placed, name, value)
     return placed
 

@@ -84,21 +84,26 @@ def _exception_paths(conf: JobqSettings) -> list[CheckMessage]:
 
 
 def _listen_database(conf: JobqSettings) -> list[CheckMessage]:
-    """jobq.E007 when JOBQ["LISTEN_DATABASE"] names an alias that is not PostgreSQL (its value is
-    otherwise checked with the settings, a DSN's reachability when the listener connects)."""
-    if conf.listen_database is None:
-        return []
-    kind, alias = listen_target(conf.listen_database)
-    if kind == "alias" and connections[alias].vendor != "postgresql":
-        return [
-            Error(
-                f'JOBQ["LISTEN_DATABASE"] names {alias!r}, a {connections[alias].vendor} database; '
-                "LISTEN needs PostgreSQL (the server JOBQ['DATABASE'] is on).",
-                hint="Name a direct PostgreSQL alias or DSN for the queue's server, or None.",
-                id="jobq.E007",
+    """jobq.E007 when JOBQ["LISTEN_DATABASE"] (each database's entry, with SHARDS) names an alias that
+    is not PostgreSQL (its value is otherwise checked with the settings, a DSN's reachability when the
+    listener connects)."""
+    targets = dict(conf.listen_databases)
+    if conf.listen_database is not None:
+        targets[conf.database] = conf.listen_database
+    errors: list[CheckMessage] = []
+    for database, target in targets.items():
+        kind, alias = listen_target(target)
+        if kind == "alias" and connections[alias].vendor != "postgresql":
+            errors.append(
+                Error(
+                    f'JOBQ["LISTEN_DATABASE"] names {alias!r} for {database!r}, a '
+                    f"{connections[alias].vendor} database; LISTEN needs PostgreSQL (the server "
+                    f"{database!r} is on).",
+                    hint="Name a direct PostgreSQL alias or DSN for that database's server, or None.",
+                    id="jobq.E007",
+                )
             )
-        ]
-    return []
+    return errors
 
 
 def _read_database(conf: JobqSettings) -> list[CheckMessage]:

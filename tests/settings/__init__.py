@@ -88,6 +88,13 @@ if "JOBQ_TEST_SHARDS" in env:
         }
         JOBQ["SHARDS"][_alias] = _number
     DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
+# Shards behind transaction-mode poolers (tests/integration/test_shards_pooled.py): JOBQ_TEST_SHARDS's
+# ports are the poolers', JOBQ_TEST_LISTEN maps each database to its direct DSN.
+if "JOBQ_TEST_LISTEN" in env:
+    JOBQ["POOL_MODE"] = "transaction"
+    JOBQ["LISTEN_DATABASE"] = env.json("JOBQ_TEST_LISTEN")
+    for _alias in JOBQ.get("SHARDS", {}):
+        DATABASES[_alias]["DISABLE_SERVER_SIDE_CURSORS"] = True
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
