@@ -73,6 +73,7 @@ def test_each_run_is_a_consumer_span_linked_to_the_span_that_enqueued_it():
         assert span.attributes["messaging.destination.name"] == "default"
         assert span.attributes["messaging.operation.type"] == "process"
         assert span.attributes["jobq.task"] == "test.echo" and span.attributes["jobq.attempt"] == 1
+        assert span.attributes["jobq.database"] == "default"  # where the job was claimed from
         assert span.status.status_code is not StatusCode.ERROR
     assert {s.attributes["messaging.message.id"] for s in spans} == {str(i) for i in (job_id, *many)}
 
