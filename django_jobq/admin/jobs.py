@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
 from django.db import connections
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
@@ -256,12 +256,32 @@ class JobAdmin(OnRequestedDatabase, JobPage, CancelActions, RequeueActions):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        if (moved := self._moved_to(object_id)) is not None:  # moved by jobq_queue move: its page now
+            opts = self.model._meta
+            return HttpResponseRedirect(
+                reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[moved],
+                        current_app=self.admin_site.name)
+            )  # fmt: skip
         extra_context = {
             **(extra_context or {}),
             "jobq_can_requeue": self.has_requeue_permission(request),
             "jobq_can_cancel": self.has_cancel_permission(request),
         }
         return super().change_view(request, object_id, form_url, extra_context)
+
+    @staticmethod
+    def _moved_to(object_id: str) -> int | None:
+        """With JOBQ["SHARDS"], the id a job that is not here was given where jobq_queue move took it;
+        else None."""
+        if not (
+            jobq_settings().shards and object_id.isascii() and object_id.isdigit() and len(object_id) < 19
+        ):
+            return None
+        asked = int(object_id)
+        if Job.objects.filter(id=asked).exists():
+            return None
+        moved = Job.objects.current_id(asked)
+        return None if moved == asked else moved
 
     def render_change_form(
         self,

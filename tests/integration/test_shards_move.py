@@ -164,7 +164,7 @@ def test_move_refuses_a_database_the_queue_is_on_and_an_unknown_one(spread):
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
-def test_a_moved_job_is_found_by_its_old_id_by_every_call_that_takes_one(spread, settings):
+def test_a_moved_job_is_found_by_its_old_id_by_every_call_that_takes_one(spread, settings, admin_client):
     from tests.testapp import dtasks
 
     settings.TASKS = {"default": {**settings.TASKS["default"], "QUEUES": ["default", "reports"]}}
@@ -189,6 +189,9 @@ def test_a_moved_job_is_found_by_its_old_id_by_every_call_that_takes_one(spread,
     Job.objects.using("jobs3").filter(id=new[4]).update(status=JobStatus.DONE, finished_at=timezone.now(),
                                                          result={"ok": True})  # fmt: skip
     assert Job.objects.wait_for(old[4], timeout=5).id == new[4]
+    page = admin_client.get(f"/admin/django_jobq/job/{old[0]}/change/")  # the console's page of it now
+    assert page.status_code == 302 and page["Location"].endswith(f"/job/{new[0]}/change/")
+    assert admin_client.get(page["Location"]).status_code == 200
     found = dtasks.add.get_result(str(old[5]))
     assert found.id == str(old[5]) and found.status.name == "READY"  # the id its caller holds
     # moved again: followed over both moves
