@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 from ..conf import jobq_settings
 from ..console.search import HELP as SEARCH_HELP
 from ..console.search import TAG_PREFIX, BadSearch, search, window_note, workflow_id
+from ..exceptions import UnknownShard
 from ..models import BulkAction, Job
 from ..sql import engine_of
 from ..status import JobStatus
@@ -280,7 +281,10 @@ class JobAdmin(OnRequestedDatabase, JobPage, CancelActions, RequeueActions):
         asked = int(object_id)
         if Job.objects.filter(id=asked).exists():
             return None
-        moved = Job.objects.current_id(asked)
+        try:
+            moved = Job.objects.current_id(asked)
+        except UnknownShard:  # an id of no configured database: the page says it is not there
+            return None
         return None if moved == asked else moved
 
     def render_change_form(
