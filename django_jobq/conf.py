@@ -252,21 +252,7 @@ class JobqSettings:
             raise ConfigurationError(
                 'JOBQ["BULK_QUEUE"] must be a queue of JOBQ["DATABASE"] (the console\'s own)'
             )
-        for alias, target in self.listen_databases.items():
-            if alias != self.database and alias not in self.shards:
-                raise ConfigurationError(
-                    f'JOBQ["LISTEN_DATABASE"][{alias!r:.100}]: neither JOBQ["DATABASE"] nor an alias of '
-                    'JOBQ["SHARDS"]'
-                )
-            listen_target(target)
-        if self.pool_mode == "transaction" and self.notify:
-            for alias in self.shards:
-                if self.listen_databases.get(alias) in (None, alias):
-                    raise ConfigurationError(
-                        f'JOBQ["LISTEN_DATABASE"] must name a direct connection for shard {alias!r} too '
-                        "(a dict: each database's alias -> an alias or a DSN that bypasses the pooler) "
-                        'when JOBQ["POOL_MODE"] is "transaction"; or set JOBQ["NOTIFY"] = False'
-                    )
+        self._check_listen_databases()
         for name, options in self.queues.items():
             if options.database is not None and options.database not in (self.database, *self.shards):
                 raise ConfigurationError(
@@ -279,6 +265,36 @@ class JobqSettings:
                         f'JOBQ["QUEUES"][{name!r}]["DATABASES"]: {alias!r:.100} is neither '
                         'JOBQ["DATABASE"] nor an alias of JOBQ["SHARDS"]'
                     )
+
+    def _check_listen_databases(self) -> None:
+        """LISTEN_DATABASE as a dict (SHARDS): each key a jobq database, each value an alias or a DSN;
+        behind a transaction pooler (POOL_MODE), one for every shard, none a pooled alias (one of jobq's
+        databases) and no two alike (each names its own server)."""
+        pooled = (self.database, *self.shards)
+        for alias, target in self.listen_databases.items():
+            where = f'JOBQ["LISTEN_DATABASE"][{alias!r:.100}]'
+            if alias not in pooled:
+                raise ConfigurationError(f'{where}: neither JOBQ["DATABASE"] nor an alias of JOBQ["SHARDS"]')
+            listen_target(target, where)
+        if self.pool_mode != "transaction" or not self.notify:
+            return
+        for alias in self.shards:
+            if alias not in self.listen_databases:
+                raise ConfigurationError(
+                    f'JOBQ["LISTEN_DATABASE"] must name a direct connection for shard {alias!r} too '
+                    "(a dict: each database's alias -> an alias or a DSN that bypasses the pooler) "
+                    'when JOBQ["POOL_MODE"] is "transaction"; or set JOBQ["NOTIFY"] = False'
+                )
+        for alias, target in self.listen_databases.items():
+            if target in pooled:
+                raise ConfigurationError(
+                    f'JOBQ["LISTEN_DATABASE"][{alias!r:.100}] names {target!r:.100}, a database of jobq\'s '
+                    "own, which goes through the pooler: name a direct connection to its server"
+                )
+        if len(set(self.listen_databases.values())) < len(self.listen_databases):
+            raise ConfigurationError(
+                'JOBQ["LISTEN_DATABASE"]: two databases name the same LISTEN target; each names its own server'
+            )
 
     def _check_connections(self) -> None:
         """DATABASE, READ_DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""
@@ -332,12 +348,15 @@ class JobqSettings:
         values = {known[key]: value for key, value in raw.items()}
         if isinstance(values.get("listen_database"), dict):  # each database's own LISTEN target
             each = values["listen_database"]
-            if not raw.get("SHARDS") or not all(isinstance(alias, str) for alias in each):
+            if not raw.get("SHARDS"):
                 raise ConfigurationError(
                     'JOBQ["LISTEN_DATABASE"] is a dict (database alias -> LISTEN target) only with JOBQ["SHARDS"]'
                 )
+            if not all(isinstance(alias, str) for alias in each):
+                raise ConfigurationError('JOBQ["LISTEN_DATABASE"]\'s keys must be database aliases (strings)')
+            home = values.get("database", DEFAULT_DATABASE)
             values["listen_databases"] = dict(each)
-            values["listen_database"] = each.get(values.get("database", DEFAULT_DATABASE))
+            values["listen_database"] = each.get(home) if isinstance(home, str) else None
         for name in ("permanent_exceptions", "discard_on", "middleware"):
             if name in values:
                 if isinstance(values[name], str) or not isinstance(values[name], list | tuple):

@@ -23,12 +23,18 @@ QUEUE_OPTIONS = (
 SCHEDULE_OPTIONS = ("TASK", "CRON", "AT", "TIMEZONE", "PAYLOAD", "QUEUE", "PRIORITY", "MISSED", "ENABLED")
 
 
-def listen_target(value: Any) -> tuple[str, str]:
-    """JOBQ["LISTEN_DATABASE"] as ("alias", name) or ("dsn", conninfo); ConfigurationError when it is
-    neither an alias of settings.DATABASES nor a connection string psycopg can parse."""
-    where = 'JOBQ["LISTEN_DATABASE"]'
+LISTEN_WHERE = 'JOBQ["LISTEN_DATABASE"]'
+
+
+def listen_target(value: Any, where: str = LISTEN_WHERE) -> tuple[str, str]:
+    """JOBQ["LISTEN_DATABASE"] (or one entry of it, named by ``where``) as ("alias", name) or ("dsn",
+    conninfo); ConfigurationError when it is neither an alias of settings.DATABASES nor a connection
+    string psycopg can parse."""
     if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(f"{where} must be a database alias, a PostgreSQL DSN or None")
+        either = " or None" if where == LISTEN_WHERE else ""  # the setting may be None, not an entry of it
+        raise ConfigurationError(f"{where} must be a database alias, a PostgreSQL DSN{either}")
+    if "\x00" in value:  # libpq would read the text up to it only
+        raise ConfigurationError(f"{where} must not contain a NUL byte")
     if value in settings.DATABASES:
         return "alias", value
     if "=" not in value and "://" not in value:

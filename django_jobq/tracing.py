@@ -94,10 +94,10 @@ def middleware(job: Any, context: Any, call_next: Any) -> Any:
             "messaging.message.id": str(job.id),
             "jobq.task": str(job.task),
             "jobq.attempt": int(getattr(context, "attempt", 0) or 0),
-            # the alias of the database the job was claimed from (its id names it too)
-            "jobq.database": str(getattr(getattr(job, "_state", None), "db", None) or ""),
         },
     )
+    if database := getattr(getattr(job, "_state", None), "db", None):  # where it was claimed from
+        span.set_attribute("jobq.database", str(database))
     token = otel_context.attach(trace.set_span_in_context(span))
     try:
         result = call_next()

@@ -257,12 +257,10 @@ class JobAdmin(OnRequestedDatabase, JobPage, CancelActions, RequeueActions):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        if (moved := self._moved_to(object_id)) is not None:  # moved by jobq_queue move: its page now
-            opts = self.model._meta
-            return HttpResponseRedirect(
-                reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[moved],
-                        current_app=self.admin_site.name)
-            )  # fmt: skip
+        if (moved := self._moved_to(request, object_id)) is not None:  # moved by jobq_queue move
+            page = reverse("admin:django_jobq_job_change", args=[moved], current_app=self.admin_site.name)
+            query = request.GET.urlencode()
+            return HttpResponseRedirect(f"{page}?{query}" if query else page)
         extra_context = {
             **(extra_context or {}),
             "jobq_can_requeue": self.has_requeue_permission(request),
@@ -270,17 +268,16 @@ class JobAdmin(OnRequestedDatabase, JobPage, CancelActions, RequeueActions):
         }
         return super().change_view(request, object_id, form_url, extra_context)
 
-    @staticmethod
-    def _moved_to(object_id: str) -> int | None:
-        """With JOBQ["SHARDS"], the id a job that is not here was given where jobq_queue move took it;
-        else None."""
+    def _moved_to(self, request: HttpRequest, object_id: str) -> int | None:
+        """With JOBQ["SHARDS"], for a user who may see jobs, the id a job that is not on this page's
+        database was given where jobq_queue move took it; else None."""
         if not (
             jobq_settings().shards and object_id.isascii() and object_id.isdigit() and len(object_id) < 19
         ):
             return None
-        asked = int(object_id)
-        if Job.objects.filter(id=asked).exists():
+        if not self.has_view_or_change_permission(request) or self.get_object(request, object_id) is not None:
             return None
+        asked = int(object_id)
         try:
             moved = Job.objects.current_id(asked)
         except UnknownShard:  # an id of no configured database: the page says it is not there

@@ -189,8 +189,11 @@ def test_a_moved_job_is_found_by_its_old_id_by_every_call_that_takes_one(spread,
     Job.objects.using("jobs3").filter(id=new[4]).update(status=JobStatus.DONE, finished_at=timezone.now(),
                                                          result={"ok": True})  # fmt: skip
     assert Job.objects.wait_for(old[4], timeout=5).id == new[4]
-    page = admin_client.get(f"/admin/django_jobq/job/{old[0]}/change/")  # the console's page of it now
-    assert page.status_code == 302 and page["Location"].endswith(f"/job/{new[0]}/change/")
+    page = admin_client.get(f"/admin/django_jobq/job/{old[0]}/change/", {"_changelist_filters": "q=1"})
+    assert page.status_code == 302  # the console's page of it now, the query kept
+    assert page["Location"].endswith(f"/job/{new[0]}/change/?_changelist_filters=q%3D1")
+    dead = admin_client.get(f"/admin/django_jobq/deadjob/{old[0]}/change/")  # a job page, not a dead letter's
+    assert dead.status_code == 302 and dead["Location"].endswith(f"/django_jobq/job/{new[0]}/change/")
     assert admin_client.get(page["Location"]).status_code == 200
     found = dtasks.add.get_result(str(old[5]))
     assert found.id == str(old[5]) and found.status.name == "READY"  # the id its caller holds

@@ -51,12 +51,22 @@ def poolers(shard_servers):
     ("listen", "message"),
     [
         ({"default": "postgres://postgres@127.0.0.1/x"}, "for shard 'jobs2' too"),
-        ({**HOME, "jobs2": "postgres://h/x", "jobs3": "jobs3"}, "for shard 'jobs3' too"),
+        ({**HOME, "jobs2": "postgres://h/x"}, "for shard 'jobs3' too"),
+        (
+            {**HOME, "jobs2": "postgres://h/x", "jobs3": "jobs3"},
+            "a database of jobq's own",
+        ),  # its pooled alias
+        ({**HOME, "jobs2": "postgres://h/x", "jobs3": "default"}, "a database of jobq's own"),
+        ({**HOME, "jobs2": "postgres://h/x", "jobs3": "postgres://h/x"}, "the same LISTEN target"),
         (
             {**HOME, "jobs2": "postgres://h/x", "jobs3": "postgres://h/y", "elsewhere": "postgres://h/z"},
             "neither",
         ),
-        ({**HOME, "jobs2": "postgres://h/x", "jobs3": "not a dsn"}, "neither a database alias"),
+        ({**HOME, "jobs2": "postgres://h/x", "jobs3": "not a dsn"}, r"\['jobs3'\] 'not a dsn' is neither"),
+        ({**HOME, "jobs2": "postgres://h/x", "jobs3": "postgres://x\x00y@h/db"}, "NUL"),
+        ({**HOME, "jobs2": "postgres://h/x", "jobs3": None}, "a PostgreSQL DSN$"),
+        ({**HOME, "jobs2": "postgres://h/x", 3: "postgres://h/y"}, "keys must be database aliases"),
+        ({**HOME, "jobs2": "postgres://h/x", "x'; drop table jobq_job; --": "postgres://h/y"}, "neither"),
     ],
 )
 def test_shards_behind_a_transaction_pooler_need_a_direct_listen_target_each(
