@@ -34,19 +34,18 @@ class WaitingManager(BaseJobManager):
         deadline = time.monotonic() + timeout
         for _ in range(MOVE_HOPS + 1):
             with on_shard(database_of_job(job_id)):
-                found = self._wait_here(job_id, timeout=max(0.0, deadline - time.monotonic()), poll=poll)
+                found = self._wait_here(job_id, deadline=deadline, timeout=timeout, poll=poll)
             if not isinstance(found, int):
                 return found
             job_id = found  # moved by jobq_queue move: wait for it where it went
         raise InvalidJob(f"there is no job {job_id}")
 
-    def _wait_here(self, job_id: int, *, timeout: float, poll: float | None) -> Job | int:
+    def _wait_here(self, job_id: int, *, deadline: float, timeout: float, poll: float | None) -> Job | int:
         """wait_for on the database this context works on; the job's new id when it was moved off
         it (managers/moving.py: read on the wait's own connection, as everything else)."""
         self._engine().capabilities.require("wait_for", "Job.objects.wait_for()")
         conf = jobq_settings()
         poll = conf.poll_interval if poll is None else validation.seconds(poll, "poll")
-        deadline = time.monotonic() + timeout
         statements = self._sql()
         # One connection for the reads (JOBQ["DATABASE"], which may be a pooler: each read is its own
         # transaction) and, unless NOTIFY is off (poll only), one for LISTEN: the same connection
