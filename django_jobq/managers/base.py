@@ -172,8 +172,9 @@ class BaseJobManager(models.Manager["Job"]):
         took off its database is found under the id it was given where it went (followed over later
         moves: at most MOVE_HOPS); any other id as it is. A statement per database the ids name, only
         with SHARDS (nothing is ever moved without); UnknownShard for an id of no configured one."""
+        job_ids = [validation.integer(i, "job id", 1, (1 << 63) - 1) for i in job_ids]
         if not jobq_settings().shards or not job_ids:
-            return list(job_ids)
+            return job_ids
         now = {job_id: job_id for job_id in job_ids}
         for _ in range(MOVE_HOPS):
             by_database: dict[str, list[int]] = {}

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from django_jobq import shards
 from django_jobq.conf import on_database
+from django_jobq.exceptions import InvalidJob
 from django_jobq.managers.graphs import GraphNode
 from django_jobq.managers.outbox import OutboxManager
 from django_jobq.models import Job, JobStatus, OutboxEntry
@@ -222,3 +223,9 @@ def test_calls_by_id_while_a_move_commits_find_the_job_where_it_went(spread, set
     monkeypatch.setattr(type(Job.objects), "current_ids", resolved_before_the_move)
     assert Job.objects.cancel(old).name == "CANCELLED"
     assert Job.objects.using("jobs3").get(id=real(Job.objects, [old])[0]).status == JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize("bad", ["12", 0, -1, 1 << 63, 1.5, None, "\x00", "\ud800"])
+def test_current_ids_refuses_what_is_not_a_job_id_before_reading_anything(spread, bad):
+    with pytest.raises(InvalidJob):
+        Job.objects.current_ids([bad])
