@@ -19,7 +19,7 @@ from .exceptions import ConfigurationError, JobqError
 from .fairness import FairOptions
 from .options import QUEUE_OPTIONS as QUEUE_OPTIONS  # re-exported
 from .options import SCHEDULE_OPTIONS as SCHEDULE_OPTIONS  # re-exported
-from .options import QueueOptions, ScheduleOptions
+from .options import QueueOptions, ScheduleOptions, check_listen_databases
 from .options import listen_target as listen_target  # re-exported
 
 DAY = 24 * 3600
@@ -252,7 +252,10 @@ class JobqSettings:
             raise ConfigurationError(
                 'JOBQ["BULK_QUEUE"] must be a queue of JOBQ["DATABASE"] (the console\'s own)'
             )
-        self._check_listen_databases()
+        check_listen_databases(
+            self.listen_databases, (self.database, *self.shards), self.shards,
+            pooled=self.pool_mode == "transaction" and self.notify,
+        )  # fmt: skip
         for name, options in self.queues.items():
             if options.database is not None and options.database not in (self.database, *self.shards):
                 raise ConfigurationError(
@@ -265,36 +268,6 @@ class JobqSettings:
                         f'JOBQ["QUEUES"][{name!r}]["DATABASES"]: {alias!r:.100} is neither '
                         'JOBQ["DATABASE"] nor an alias of JOBQ["SHARDS"]'
                     )
-
-    def _check_listen_databases(self) -> None:
-        """LISTEN_DATABASE as a dict (SHARDS): each key a jobq database, each value an alias or a DSN;
-        behind a transaction pooler (POOL_MODE), one for every shard, none a pooled alias (one of jobq's
-        databases) and no two alike (each names its own server)."""
-        pooled = (self.database, *self.shards)
-        for alias, target in self.listen_databases.items():
-            where = f'JOBQ["LISTEN_DATABASE"][{alias!r:.100}]'
-            if alias not in pooled:
-                raise ConfigurationError(f'{where}: neither JOBQ["DATABASE"] nor an alias of JOBQ["SHARDS"]')
-            listen_target(target, where)
-        if self.pool_mode != "transaction" or not self.notify:
-            return
-        for alias in self.shards:
-            if alias not in self.listen_databases:
-                raise ConfigurationError(
-                    f'JOBQ["LISTEN_DATABASE"] must name a direct connection for shard {alias!r} too '
-                    "(a dict: each database's alias -> an alias or a DSN that bypasses the pooler) "
-                    'when JOBQ["POOL_MODE"] is "transaction"; or set JOBQ["NOTIFY"] = False'
-                )
-        for alias, target in self.listen_databases.items():
-            if target in pooled:
-                raise ConfigurationError(
-                    f'JOBQ["LISTEN_DATABASE"][{alias!r:.100}] names {target!r:.100}, a database of jobq\'s '
-                    "own, which goes through the pooler: name a direct connection to its server"
-                )
-        if len(set(self.listen_databases.values())) < len(self.listen_databases):
-            raise ConfigurationError(
-                'JOBQ["LISTEN_DATABASE"]: two databases name the same LISTEN target; each names its own server'
-            )
 
     def _check_connections(self) -> None:
         """DATABASE, READ_DATABASE, POOL_MODE, LISTEN_DATABASE and PREPARED_STATEMENTS (None resolved here)."""

@@ -5,6 +5,7 @@ JOBQ setting with them)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -51,6 +52,39 @@ def listen_target(value: Any, where: str = LISTEN_WHERE) -> tuple[str, str]:
         # libpq's message never contains the password (it names the syntax fault only).
         raise ConfigurationError(f"{where} is not a valid PostgreSQL DSN: {exc}") from None
     return "dsn", value
+
+
+def check_listen_databases(
+    listen_databases: dict[str, str], databases: tuple[str, ...], shards: Iterable[str], *, pooled: bool
+) -> None:
+    """JOBQ["LISTEN_DATABASE"] as a dict (SHARDS): each key one of jobq's ``databases`` (the home one
+    first), each value an alias or a DSN; behind a transaction pooler (``pooled``: POOL_MODE, with
+    NOTIFY on), one for every shard, none one of jobq's (pooled) aliases, and no two alike (each
+    names its own server). ConfigurationError naming the entry otherwise."""
+    for alias, target in listen_databases.items():
+        where = f"{LISTEN_WHERE}[{alias!r:.100}]"
+        if alias not in databases:
+            raise ConfigurationError(f'{where}: neither JOBQ["DATABASE"] nor an alias of JOBQ["SHARDS"]')
+        listen_target(target, where)
+    if not pooled:
+        return
+    for alias in shards:
+        if alias not in listen_databases:
+            raise ConfigurationError(
+                f"{LISTEN_WHERE} must name a direct connection for shard {alias!r} too "
+                "(a dict: each database's alias -> an alias or a DSN that bypasses the pooler) "
+                'when JOBQ["POOL_MODE"] is "transaction"; or set JOBQ["NOTIFY"] = False'
+            )
+    for alias, target in listen_databases.items():
+        if target in databases:
+            raise ConfigurationError(
+                f"{LISTEN_WHERE}[{alias!r:.100}] names {target!r:.100}, a database of jobq's own, which "
+                "goes through the pooler: name a direct connection to its server"
+            )
+    if len(set(listen_databases.values())) < len(listen_databases):
+        raise ConfigurationError(
+            f"{LISTEN_WHERE}: two databases name the same LISTEN target; each names its own server"
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

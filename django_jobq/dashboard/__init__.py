@@ -29,6 +29,8 @@ from ..sql import engine_of
 from ..status import JobStatus
 from .fairness import FairKey, fair_keys
 from .limits import TaskLimits, format_rate, limited_tasks, task_limits
+from .outbox import OutboxFigures as OutboxFigures  # re-exported
+from .outbox import outbox_figures
 from .table import TableFigures, table_figures
 from .text import format_duration as format_duration  # re-exported: dashboard.format_duration
 from .text import format_seconds as format_seconds  # re-exported: dashboard.format_seconds
@@ -114,14 +116,6 @@ class Snapshot:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (timestamps as ISO 8601 strings)."""
         return _jsonable(dataclasses.asdict(self))  # type: ignore[no-any-return]
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class OutboxFigures:
-    """The jobs a database's outbox holds for other databases, not relayed yet (managers/outbox.py)."""
-
-    jobs: int
-    oldest_seconds: float | None  # how long the oldest has waited; None: none waits
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,7 +247,7 @@ def snapshot(*, exact: bool = False, upkeep: bool = False, using: str | None = N
         table=table_figures(connection, {}) if upkeep else None,
         fair=fair_keys(connection, now),
         replica=replica_lag(connection),
-        outbox=_outbox(connection, now) if jobq_settings().shards else None,
+        outbox=outbox_figures(connection, now) if jobq_settings().shards else None,
     )
 
 
@@ -350,14 +344,6 @@ def filter_names(limit: int = 500, using: str | None = None) -> tuple[list[str],
     for kind, name in _run(connection, engine_of(connection).stats.FILTER_NAMES, limit=limit):
         (queues if kind == "queue" else tasks).add(name)
     return sorted(queues), sorted(tasks)
-
-
-def _outbox(connection: BaseDatabaseWrapper, now: dt.datetime) -> OutboxFigures:
-    jobs, oldest = _run(connection, engine_of(connection).stats.OUTBOX)[0]
-    since = engine_of(connection).text_time(oldest)
-    return OutboxFigures(
-        jobs=jobs, oldest_seconds=None if since is None else max(0.0, (now - since).total_seconds())
-    )
 
 
 def _run(connection: BaseDatabaseWrapper, statement: str, **params: Any) -> list[tuple[Any, ...]]:

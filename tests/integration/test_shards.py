@@ -34,10 +34,8 @@ from django_jobq.managers.outbox import _relay_params as relay_params
 from django_jobq.managers.producing import NewJob
 from django_jobq.models import Job, JobStatus, OutboxEntry
 from django_jobq.worker import Worker
-from django_jobq.worker.group import WorkerGroup
-from django_jobq.worker.lanes import lanes_by_database
 from tests.conftest import start_worker, wait_until
-from tests.servers.shards import QUEUES, SHARDS
+from tests.servers.shards import QUEUES, SHARDS, run_group
 from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.integration]
@@ -237,15 +235,6 @@ def test_a_batch_and_a_workflow_are_written_on_their_queues_database(placed):
 
 
 # -- workers ----------------------------------------------------------------------------------------
-
-
-def run_group(lanes: dict[str, int], **options) -> tuple[WorkerGroup, threading.Thread]:
-    group = WorkerGroup(
-        lanes_by_database(lanes), lambda its, worker_id: Worker(its, worker_id=worker_id, **options)
-    )
-    thread = threading.Thread(target=group.run, daemon=True)
-    thread.start()
-    return group, thread
 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)

@@ -20,12 +20,10 @@ from django_jobq.exceptions import SeatsUnavailable
 from django_jobq.managers import seats as seat_rules
 from django_jobq.models import Job, JobStatus
 from django_jobq.worker import Worker, seat_leases
-from django_jobq.worker.group import WorkerGroup
-from django_jobq.worker.lanes import lanes_by_database
 from tests.conftest import start_worker, wait_until
 from tests.occupancy import notes, peak
 from tests.servers.proxy import PausableProxy
-from tests.servers.shards import SHARDS, SPREAD
+from tests.servers.shards import SHARDS, SPREAD, run_group
 from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.integration]
@@ -36,18 +34,9 @@ def capped(settings, queues: dict) -> None:
     settings.JOBQ = {**settings.JOBQ, "QUEUES": {**settings.JOBQ["QUEUES"], **queues}}
 
 
-def run_group(lanes: dict[str, int]) -> tuple[WorkerGroup, threading.Thread]:
-    group = WorkerGroup(
-        lanes_by_database(lanes), lambda its, worker_id: Worker(its, worker_id=worker_id, poll_interval=0.2)
-    )
-    thread = threading.Thread(target=group.run, daemon=True)
-    thread.start()
-    return group, thread
-
-
 def drain(lanes: list[dict[str, int]], ids: list[int]) -> None:
     """Run a worker group per entry of ``lanes`` until every job of ``ids`` is DONE, then stop them."""
-    groups = [run_group(each) for each in lanes]
+    groups = [run_group(each, poll_interval=0.2) for each in lanes]
     try:
         wait_until(
             lambda: sum(Job.objects.using(a).filter(id__in=ids, status=JobStatus.DONE).count() for a in ALIASES)
@@ -257,7 +246,7 @@ def test_a_worker_cut_off_from_its_seats_database_starts_nothing_and_keeps_its_o
             with connections["default"].cursor() as cursor:  # as the server's keepalives would
                 cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE client_port = ANY(%s)",
                                [proxy.upstream_ports()])  # fmt: skip
-            b = run_group({"feeds": 1})
+            b = run_group({"feeds": 1}, poll_interval=0.2)
             done = lambda: sum(  # noqa: E731
                 Job.objects.using(alias).filter(id__in=ids, status=JobStatus.DONE).count() for alias in SHARDS
             )

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -113,3 +114,18 @@ def spread(shard_servers, settings) -> dict[str, ShardServer]:
     }
     settings.DATABASE_ROUTERS = ["django_jobq.routers.JobqRouter"]
     return shard_servers
+
+
+def run_group(lanes: dict[str, int], **options: Any) -> tuple[Any, threading.Thread]:
+    """A worker group for ``lanes`` on every database they need (django_jobq.worker.group), each
+    Worker made with ``options``, running on a thread of its own: (the group, its thread)."""
+    from django_jobq.worker import Worker
+    from django_jobq.worker.group import WorkerGroup
+    from django_jobq.worker.lanes import lanes_by_database
+
+    group = WorkerGroup(
+        lanes_by_database(lanes), lambda its, worker_id: Worker(its, worker_id=worker_id, **options)
+    )
+    thread = threading.Thread(target=group.run, daemon=True)
+    thread.start()
+    return group, thread
