@@ -198,14 +198,16 @@ def test_the_dashboard_adds_the_databases_up_and_names_one_that_is_down(placed, 
 
 @pytest.mark.django_db(transaction=True, databases=ALIASES)
 def test_a_database_slow_to_answer_is_a_row_that_says_so_while_the_others_are_shown(
-    placed, admin_client, monkeypatch
+    placed, admin_client, monkeypatch, settings
 ):
     monkeypatch.setattr(database_reads, "READ_SECONDS", 1.0)
+    # the read waits for the lock until the test lets go of it, however slow the machine
+    settings.JOBQ = {**settings.JOBQ, "LOCK_TIMEOUT": 60, "STATEMENT_TIMEOUT": 60}
     on("jobs2", queue="reports")
     holder = psycopg.connect(**connection_params("jobs3"), autocommit=False)
     try:  # a lock every read of jobq_job on jobs3 waits for, until released
         holder.execute("LOCK TABLE jobq_job IN ACCESS EXCLUSIVE MODE")
-        release = threading.Timer(20, holder.rollback)  # whatever happens, the lock goes
+        release = threading.Timer(60, holder.rollback)  # whatever happens, the lock goes
         release.start()
         page = admin_client.get(DASHBOARD).content.decode()
         table = page[page.index('id="jobq-databases"') :]
