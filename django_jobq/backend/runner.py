@@ -141,6 +141,8 @@ def _checked(value: Any) -> Any:
     """The task's return value as it is stored, checked before the run is announced SUCCESSFUL:
     Django's normal form (a TypeError for a type JSON has not, as Django's backends raise), then
     jobq's (strict JSON within JOBQ["MAX_RESULT_BYTES"])."""
+    if value is None:  # most tasks return nothing
+        return None
     value = normalize_json(value)
     result_json(value)
     return value

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 def result_json(value: Any) -> str:
     """A task's return value as stored: strict JSON within JOBQ["MAX_RESULT_BYTES"]."""
+    if value is None:  # most tasks return nothing
+        return "null"
     text = validation.dump_json(value, what="result")
     return validation.sized(text, jobq_settings().max_result_bytes, "result", "MAX_RESULT_BYTES")
 

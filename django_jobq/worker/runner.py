@@ -115,8 +115,6 @@ class SlotRunner:
         task = resolve_task(job.task)
         if task is None:
             return unknown_task_outcome(job, fence, attempt)
-        policy = task.retry or default_policy()
-        discards = discarded_by(task)
         conf = jobq_settings()
         while True:
             if cancel.is_set():  # asked before this attempt started: it never does
@@ -147,7 +145,10 @@ class SlotRunner:
                 )  # fmt: skip
             except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the task's, never the slot's
                 duration = time.monotonic() - started
-                failed = outcome_of(exc, job, fence, attempt, policy, discards, cancel.is_set(), duration)
+                policy = task.retry or default_policy()
+                failed = outcome_of(
+                    exc, job, fence, attempt, policy, discarded_by(task), cancel.is_set(), duration
+                )
                 if (
                     isinstance(exc, Snooze)
                     or failed.backoff is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,6 +10,8 @@ import psycopg
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from psycopg.pq import Format
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb
 
 from ...conf import jobq_settings
@@ -27,6 +30,11 @@ class QueueCursor(psycopg.Cursor[Any]):
     def __init__(self, connection: psycopg.Connection[Any], *, prepare: bool) -> None:
         super().__init__(connection)
         self._prepare = prepare
+        if _utc_times(connection):
+            # psycopg's own loader (its C version where installed), not Django's: Django's subclass
+            # of the pure-Python one parses each timestamp in Python, four per claimed job. Used only
+            # where both give the same value: Django's loader sets UTC on a session in UTC.
+            self.adapters.register_loader(TIMESTAMPTZ_OID, TimestamptzLoader)
 
     def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
@@ -39,6 +47,19 @@ class QueueCursor(psycopg.Cursor[Any]):
             return super().execute(query, params, prepare=self._prepare, binary=binary)
         finally:
             conn.prepare_threshold = saved
+
+
+TIMESTAMPTZ_OID = psycopg.postgres.types["timestamptz"].oid
+
+
+def _utc_times(connection: psycopg.Connection[Any]) -> bool:
+    """Django reads this connection's timestamps as aware datetimes in UTC (USE_TZ, no TIME_ZONE on
+    the alias), and the session's time zone is UTC: psycopg's loader then returns the same values."""
+    django_loader = connection.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
+    return (
+        getattr(django_loader, "timezone", None) is dt.UTC
+        and connection.pgconn.parameter_status(b"TimeZone") == b"UTC"
+    )
 
 
 _NAMES: dict[str, list[str]] = {}  # each statement's result columns, read once
