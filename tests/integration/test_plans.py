@@ -241,6 +241,29 @@ def test_claims_settle_on_their_generic_plans(due_backlog):
     assert len(plans) == 4 and min(plans) >= 3, plans
 
 
+def _scans_outside(plan: dict, parts: set[str]) -> list[dict]:
+    """The scans of jobq_job that are not under one of the CTEs named ``parts``."""
+    if plan.get("Subplan Name") in parts:
+        return []
+    own = [plan] if plan.get("Relation Name") == "jobq_job" and "Scan" in plan["Node Type"] else []
+    return own + [scan for child in plan.get("Plans", []) for scan in _scans_outside(child, parts)]
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+def test_a_claim_with_nothing_to_write_reads_nothing_for_the_completion(generic):
+    """An idle lane's claim (no outcome to write) never runs the completion's scans: a generic plan
+    made while the table was small would scan the whole table there, at every claim."""
+    fill(20, status=2)
+    fill(5, queue="'a'")
+    analyse()
+    params = {**CLAIM, "limit": 1, "queue": "a", "ids": [], "fences": [], "results": [], "done_channel": "d"}
+    plan = run(postgres.COMPLETE_AND_CLAIM, params, generic=generic)
+    completion = _scans_outside(plan, {"CTE picked", "CTE claimed"})  # done_mine, done, done_busy
+    assert all(scan["Actual Loops"] == 0 for scan in completion), completion
+    assert completion or not generic  # a custom plan may leave them out altogether
+    assert claimed(plan) == 1
+
+
 @pytest.fixture
 def thousands_of_queues():
     """200,000 due jobs over 5,000 queues."""

@@ -115,9 +115,13 @@ RETURNING status, {_wake_waiters("jobq_job")}
 # them again on a connection that waits for the lock (worker/lock_waits.py). A row whose guard fails
 # is in neither (no longer this run's). (id = ANY(ids) and _J_OWNED_IDS keep every plan, generic ones
 # too, on the primary key; the same holds for HEARTBEAT, RELEASE_UNSTARTED and SNOOZE.)
+# %(ids)s may be empty (a claim with nothing to write): _ANY_DONE, a one-time filter, then skips
+# each part before it reads a row, which a generic plan made while the table was small could do
+# by scanning the table.
+_ANY_DONE = "cardinality(%(ids)s::bigint[]) > 0"
 _DONE = f"""done_mine AS MATERIALIZED (
     SELECT j.id FROM jobq_job AS j
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND {_J_OWNED_IDS}
+    WHERE {_ANY_DONE} AND j.id = ANY(%(ids)s::bigint[]) AND {_J_OWNED_IDS}
     FOR NO KEY UPDATE SKIP LOCKED
 ), done AS (
     UPDATE jobq_job AS j
@@ -125,11 +129,12 @@ _DONE = f"""done_mine AS MATERIALIZED (
         result = CASE WHEN {_J_ASKED} THEN NULL ELSE d.result::jsonb END,
         key_released = j.key_released OR {_J_ASKED}, finished_at = {NOW}, lease_until = NULL
     FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(results)s::text[]) AS d(id, fence, result)
-    WHERE j.id = ANY(ARRAY(SELECT id FROM done_mine)) AND j.id = d.id AND {_J_OWNED_IDS} AND j.fence = d.fence
+    WHERE {_ANY_DONE} AND j.id = ANY(ARRAY(SELECT id FROM done_mine)) AND j.id = d.id AND {_J_OWNED_IDS}
+      AND j.fence = d.fence
     RETURNING j.id, j.status, j.has_dependents, {_wake_waiters("j")}
 ), done_busy AS (
     SELECT h.id FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[]) AS h(id, fence)
-    WHERE h.id <> ALL(ARRAY(SELECT id FROM done_mine)) AND EXISTS (
+    WHERE {_ANY_DONE} AND h.id <> ALL(ARRAY(SELECT id FROM done_mine)) AND EXISTS (
         SELECT 1 FROM jobq_job AS j WHERE j.id = h.id AND {_J_OWNED_IDS} AND j.fence = h.fence)
 )"""
 # One row per run: its id, the status written (NULL for a busy one) and whether it had dependents
