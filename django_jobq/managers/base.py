@@ -167,6 +167,16 @@ class BaseJobManager(models.Manager["Job"]):
         self._engine().set_timeouts(wrapper, conf.statement_timeout, conf.lock_timeout)
         wrapper._jobq_bounded = raw  # type: ignore[attr-defined]
 
+    def replan_if_grown(self) -> bool:
+        """For the worker's lanes: this thread's queue connection plans its statements again when the
+        job table has grown much since they were planned (the engine's replan_if_grown); whether it
+        did. Only where this process prepares statements on its own session: behind a
+        transaction-mode pooler the pooler keeps them."""
+        conf = jobq_settings()
+        if conf.pool_mode == "transaction" or not conf.prepared_statements:
+            return False
+        return self._engine().replan_if_grown(self.connection)
+
     def current_ids(self, job_ids: Sequence[int]) -> list[int]:
         """The ids ``job_ids`` have now, in order: with JOBQ["SHARDS"], a job that ``jobq_queue move``
         took off its database is found under the id it was given where it went (followed over later

@@ -95,6 +95,11 @@ class Engine:
         """Bound every later statement on this thread's queue connection (worker and reaper only)."""
         raise NotImplementedError
 
+    def replan_if_grown(self, wrapper: BaseDatabaseWrapper) -> bool:
+        """Have this thread's queue connection plan its statements again if the job table grew much
+        since they were planned; whether it did. Nothing on an engine without prepared plans."""
+        return False
+
     def setup_problems(self, alias: str) -> tuple[list[str], list[str]]:
         """(errors, warnings) about this engine's requirements for the database ``alias``."""
         return [], []

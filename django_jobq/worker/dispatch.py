@@ -36,6 +36,9 @@ GIVE_BACK_RETRY_SECONDS = 1.0  # a give-back the database did not take is tried 
 # this: looking reads every held-back job, so a deep backlog of a task at its cap would cost each
 # cycle a read of it. Jobs of other tasks queued behind such a backlog wait at most this long more.
 LOOK_PAST_SECONDS = 0.2
+# A lane looks at most this often whether the job table has outgrown the plans of its connection's
+# statements (Job.objects.replan_if_grown: a table that was small when they were planned is read whole).
+REPLAN_CHECK_SECONDS = 5.0
 
 
 class DispatchMixin(PauseMixin, RationMixin, SeatMixin, UnconfirmedMixin):
@@ -147,6 +150,7 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, UnconfirmedMixin):
                 rations = self._rations(lane, free, self._seated_caps(lane, seated)[1])
                 asked = self._asked(lane, free, rations)
                 successes = [(r, o) for r, o in outcomes if o.ok]
+                self._replan_if_grown(lane)
                 jobs, done, sent = self._cycle(lane, successes, asked, rations, seated)
                 if asked:
                     signals.send(signals.jobs_claimed, worker_id=self.worker_id, lane=lane.queue, asked=asked,
@@ -172,6 +176,23 @@ class DispatchMixin(PauseMixin, RationMixin, SeatMixin, UnconfirmedMixin):
                     report()
         finally:
             lane.done.set()
+
+    def _replan_if_grown(self, lane: Lane) -> None:
+        """At most every REPLAN_CHECK_SECONDS, before a cycle's statement: the lane's connection plans
+        its statements again if the job table has outgrown their plans. Nothing is written here: a
+        failure is logged, and the cycle's own statement meets the database as it is."""
+        now = time.monotonic()
+        if now < lane.replan_check_at:
+            return
+        lane.replan_check_at = now + REPLAN_CHECK_SECONDS
+        try:
+            Job.objects.replan_if_grown()
+        except DatabaseError as exc:
+            if is_connection_error(exc):  # the cycle's statement meets it too, and reports the outage
+                connections[jobq_settings().database].close()
+                return
+            logger.warning("worker %s lane %s: could not compare the job table's size with its plans (%s)",
+                           self.worker_id, lane.queue, exc)  # fmt: skip
 
     def _wake_others(self, lane: Lane) -> None:
         """A burst lane whose claim a cap held back claims again now, not at the poll."""

@@ -124,6 +124,7 @@ class Lane:
     started: dict[int, float] = field(default_factory=dict)  # slot number -> monotonic start of its run
     give_back_at: float = 0.0  # monotonic time before which unstarted ones are not offered again
     look_past_at: float = 0.0  # monotonic time before which a claim does not look past held-back jobs
+    replan_check_at: float = 0.0  # monotonic time of the lane's next look at the table's growth
     claimed_after: int = 0  # the worker's ended-jobs count as this lane's last claim was sent
     # rate-limited queues (worker/rationing.py), written by the dispatcher only: monotonic time at which
     # the bucket of a queue whose permits ran out has one again (the lane waits for it, not for the

@@ -1,5 +1,6 @@
-"""The PostgreSQL engine's cursor: the statements' timestamps read as the ORM reads them, with
-psycopg's own loader where that gives the same values, and Django's everywhere else."""
+"""The PostgreSQL engine: the cursor's timestamps read as the ORM reads them (psycopg's own loader where
+that gives the same values, Django's everywhere else), and the prepared statements planned again once
+the job table has outgrown their plans."""
 
 import datetime as dt
 
@@ -8,7 +9,7 @@ from django.db import connection
 from psycopg.pq import Format
 
 from django_jobq.models import Job
-from django_jobq.sql.postgres.engine import TIMESTAMPTZ_OID, QueueCursor
+from django_jobq.sql.postgres.engine import REPLAN_MIN_BYTES, TIMESTAMPTZ_OID, QueueCursor
 
 pytestmark = [pytest.mark.integration, pytest.mark.p1, pytest.mark.django_db]
 
@@ -51,3 +52,70 @@ def test_a_session_in_another_time_zone_keeps_djangos_loader():
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SET TIME ZONE 'UTC'")
+
+
+# -- plans made while the table was small -------------------------------------------------------------
+
+
+def _claim_once() -> None:
+    Job.objects.complete_and_claim("w", [], 1, "default")
+
+
+def _seq_scans_of_a_claim() -> int:
+    """Sequential scans of jobq_job one claim of a due job makes (this transaction's counts)."""
+    Job.objects.enqueue("test.echo", {"n": 1})
+
+    def scans() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'jobq_job'")
+            return int(cursor.fetchone()[0])
+
+    before = scans()
+    _claim_once()
+    return scans() - before
+
+
+def _grow(rows: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """INSERT INTO jobq_job (task, queue, payload, status, priority, run_at, attempts, max_attempts,
+                                     errors, created_at, finished_at)
+               SELECT 'test.echo', 'default', '{"n": 1}', 2, 100, now(), 1, 5, '[]', now(), now()
+               FROM generate_series(1, %s)""",
+            [rows],
+        )
+
+
+@pytest.fixture
+def planned_on_an_empty_table():
+    """The claim's statement prepared and settled on its generic plan while jobq_job is empty (a new
+    table: no statistics), as a worker started before any job was enqueued has it."""
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE jobq_job")  # in the test's transaction: undone after it
+    assert Job.objects.replan_if_grown() is False  # the size the plans are made at
+    for _ in range(8):  # five custom plans, then the generic one
+        _claim_once()
+
+
+def test_a_connection_plans_again_once_the_table_outgrew_its_plans(planned_on_an_empty_table):
+    _grow(20_000)
+    assert _seq_scans_of_a_claim() >= 1  # the empty table's plan reads the whole table
+    assert Job.objects.replan_if_grown() is True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone()[0] == 0
+    for _ in range(8):
+        _claim_once()
+    assert _seq_scans_of_a_claim() == 0  # planned for the table it is now
+    assert Job.objects.replan_if_grown() is False  # measured from the new plans' size on
+
+
+def test_a_table_that_grew_little_keeps_its_plans(planned_on_an_empty_table):
+    _grow(100)  # under REPLAN_MIN_BYTES
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_relation_size('jobq_job')")
+        assert cursor.fetchone()[0] < REPLAN_MIN_BYTES
+    assert Job.objects.replan_if_grown() is False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone()[0] > 0

@@ -63,6 +63,11 @@ def _utc_times(connection: psycopg.Connection[Any]) -> bool:
 
 
 _NAMES: dict[str, list[str]] = {}  # each statement's result columns, read once
+# A connection's prepared statements are planned again once the job table is this many times its size
+# when they were planned, and at least REPLAN_MIN_BYTES larger (a plan made for a table of a few pages
+# reads it whole; past a megabyte that costs each claim more than planning it again once).
+REPLAN_GROWTH = 2
+REPLAN_MIN_BYTES = 1 << 20
 
 
 class PostgresEngine(Engine):
@@ -88,6 +93,28 @@ class PostgresEngine(Engine):
                 if (names := _NAMES.get(statement)) is None:  # a statement's columns never change
                     names = _NAMES[statement] = [column.name for column in raw.description or ()]
                 return Result(names, raw.fetchall(), int(raw.rowcount))
+
+    def replan_if_grown(self, wrapper: BaseDatabaseWrapper) -> bool:
+        """PostgreSQL keeps a prepared statement's generic plan until the table's statistics change
+        (autovacuum's ANALYZE), and a plan made while the table was small scans it: when the table has
+        grown REPLAN_GROWTH times (and REPLAN_MIN_BYTES) since this connection's plans were made, drop
+        them. A new plan reads the table's current size, ANALYZE or not."""
+        wrapper.ensure_connection()
+        raw = wrapper.connection
+        with wrapper.wrap_database_errors:
+            size = int(raw.execute(self.statements.TABLE_BYTES).fetchone()[0])
+            planned = getattr(wrapper, "_jobq_planned_at", None)
+            if planned is not None and planned[0] is raw:
+                if size < planned[1] * REPLAN_GROWTH or size - planned[1] < REPLAN_MIN_BYTES:
+                    return False
+                saved = raw.prepare_threshold  # None on Django's connections: psycopg then keeps no
+                raw.prepare_threshold = saved if saved is not None else 0  # count, and would not forget
+                try:  # the statements it prepared for QueueCursor on seeing this command succeed
+                    raw.execute(self.statements.FORGET_PLANS, prepare=False)
+                finally:
+                    raw.prepare_threshold = saved
+            wrapper._jobq_planned_at = (raw, size)  # type: ignore[attr-defined]
+            return planned is not None and planned[0] is raw
 
     def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
         wrapper.ensure_connection()

@@ -53,6 +53,18 @@ SELECT set_config('statement_timeout', %(statement_ms)s, false),
        set_config('lock_timeout', %(lock_ms)s, false)
 """
 
+# table_bytes: jobq_job's size on disk (its partitions' with the partitioned layout), the length of
+# its files: no lock, no row read. replan_if_grown compares it with the size its plans were made at.
+TABLE_BYTES = """
+SELECT pg_relation_size('jobq_job'::regclass) + coalesce((
+    SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('jobq_job'::regclass) WHERE isleaf AND level > 0
+), 0)::bigint
+"""
+
+# forget_plans: drop this session's prepared statements (psycopg clears its own cache when it sees this
+# command succeed): each is planned again, for the table as it is now, at its next use.
+FORGET_PLANS = "DEALLOCATE ALL"
+
 # local_timeouts: the same bounds for the current transaction only (SET LOCAL: gone at its end, so they
 # hold behind a transaction-mode pooler too); '0' for none.
 LOCAL_TIMEOUTS = """

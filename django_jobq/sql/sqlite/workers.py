@@ -38,3 +38,6 @@ WHERE worker_id = %(worker_id)s AND stopped_at IS NULL AND last_seen_at > {plus(
 SET_TIMEOUTS = "SELECT %(statement_ms)s, %(lock_ms)s"
 LOCAL_TIMEOUTS = "SELECT %(statement_ms)s, %(lock_ms)s"  # no row locks: nothing to bound
 SET_CHANNELS = "SELECT %(channel)s, %(done_channel)s"  # no NOTIFY on SQLite
+# No prepared plans kept across statements (SqliteEngine.replan_if_grown is the base's: never runs these).
+TABLE_BYTES = "SELECT 0"
+FORGET_PLANS = "SELECT 0"
