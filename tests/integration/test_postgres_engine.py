@@ -119,3 +119,19 @@ def test_a_table_that_grew_little_keeps_its_plans(planned_on_an_empty_table):
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_prepared_statements")
         assert cursor.fetchone()[0] > 0
+
+
+def test_growth_after_the_table_was_emptied_counts_from_empty(planned_on_an_empty_table):
+    _grow(20_000)
+    assert Job.objects.replan_if_grown() is True
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE jobq_job")  # its statements are planned again, for an empty table
+    assert Job.objects.replan_if_grown() is False
+    for _ in range(8):
+        _claim_once()
+    _grow(20_000)
+    assert _seq_scans_of_a_claim() >= 1
+    assert Job.objects.replan_if_grown() is True
+    for _ in range(8):
+        _claim_once()
+    assert _seq_scans_of_a_claim() == 0

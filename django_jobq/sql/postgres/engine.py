@@ -106,6 +106,8 @@ class PostgresEngine(Engine):
             planned = getattr(wrapper, "_jobq_planned_at", None)
             if planned is not None and planned[0] is raw:
                 if size < planned[1] * REPLAN_GROWTH or size - planned[1] < REPLAN_MIN_BYTES:
+                    if size < planned[1]:  # emptied (TRUNCATE: its next plans are made for that)
+                        wrapper._jobq_planned_at = (raw, size)  # type: ignore[attr-defined]
                     return False
                 saved = raw.prepare_threshold  # None on Django's connections: psycopg then keeps no
                 raw.prepare_threshold = saved if saved is not None else 0  # count, and would not forget
