@@ -101,22 +101,30 @@ class PostgresEngine(Engine):
         them. A new plan reads the table's current size, ANALYZE or not."""
         wrapper.ensure_connection()
         raw = wrapper.connection
+        planned = getattr(wrapper, "_jobq_planned_at", None)
+        planned_size = planned[1] if planned is not None and planned[0] is raw else None
         with wrapper.wrap_database_errors:
             size = int(raw.execute(self.statements.TABLE_BYTES).fetchone()[0])
-            planned = getattr(wrapper, "_jobq_planned_at", None)
-            if planned is not None and planned[0] is raw:
-                if size < planned[1] * REPLAN_GROWTH or size - planned[1] < REPLAN_MIN_BYTES:
-                    if size < planned[1]:  # emptied (TRUNCATE: its next plans are made for that)
-                        wrapper._jobq_planned_at = (raw, size)  # type: ignore[attr-defined]
-                    return False
-                saved = raw.prepare_threshold  # None on Django's connections: psycopg then keeps no
-                raw.prepare_threshold = saved if saved is not None else 0  # count, and would not forget
-                try:  # the statements it prepared for QueueCursor on seeing this command succeed
-                    raw.execute(self.statements.FORGET_PLANS, prepare=False)
-                finally:
-                    raw.prepare_threshold = saved
-            wrapper._jobq_planned_at = (raw, size)  # type: ignore[attr-defined]
-            return planned is not None and planned[0] is raw
+            grown = planned_size is not None and (
+                size >= planned_size * REPLAN_GROWTH and size - planned_size >= REPLAN_MIN_BYTES
+            )
+            if grown:
+                self._forget_plans(raw)
+            # the size the plans are made at; an emptied table's (TRUNCATE) next plans are for that
+            if planned_size is None or grown or size < planned_size:
+                wrapper._jobq_planned_at = (raw, size)  # type: ignore[attr-defined]
+        return grown
+
+    def _forget_plans(self, raw: psycopg.Connection[Any]) -> None:
+        """Drop the session's prepared statements. Django leaves prepare_threshold at None, and psycopg
+        then keeps no count of statements: lifted (as QueueCursor.execute does), it sees the command
+        succeed and forgets the statements it prepared, which it would otherwise try to run again."""
+        saved = raw.prepare_threshold
+        raw.prepare_threshold = saved if saved is not None else 0
+        try:
+            raw.execute(self.statements.FORGET_PLANS, prepare=False)
+        finally:
+            raw.prepare_threshold = saved
 
     def set_timeouts(self, wrapper: BaseDatabaseWrapper, statement_s: float, lock_s: float) -> None:
         wrapper.ensure_connection()
