@@ -5,7 +5,7 @@
 engine.py). Nothing outside this package asks which database it talks to.
 
 Each engine's statements are one namespace gathered from its folder's files, split by concern:
-sql/postgres/ jobs (the job's transitions and maintenance), retention (counts and prune), returns (jobs given back unstarted), enqueue (inserting jobs and the dedupe
+sql/postgres/ jobs (the job's transitions), leases (renewal, release, reaping), retention (counts and prune), returns (jobs given back unstarted), enqueue (inserting jobs and the dedupe
 rule), depth (MAX_DEPTH), pick (the claim's selection), fairness (fair queues), seats (capped queues' seats), inbound (first_seen), queues (pause),
 workers (worker records, maintenance leases, timeouts), schedules (the scheduler's passes and the
 settings sync), workflows (jobs with dependencies); sql/sqlite/ jobs, enqueue, state (workers, leases, queues, inbound marks), schedules.
@@ -29,6 +29,7 @@ from .postgres import enqueue as pg_enqueue
 from .postgres import fairness as pg_fairness
 from .postgres import inbound as pg_inbound
 from .postgres import jobs as pg_jobs
+from .postgres import leases as pg_leases
 from .postgres import outbox as pg_outbox
 from .postgres import queues as pg_queues
 from .postgres import retention as pg_retention
@@ -71,6 +72,7 @@ def _statements(*modules: ModuleType) -> Any:
 
 POSTGRES = _statements(
     pg_jobs,
+    pg_leases,
     pg_retention,
     pg_returns,
     pg_depth,
