@@ -109,6 +109,8 @@ class Reaper:
         }
         Job.objects.prune_workers(WORKER_RECORD_RETENTION)
         Job.objects.prune_fair_keys(batch)
+        if conf.fair_queues():
+            Job.objects.vacuum_fair_keys()
         marks = prune_expired_marks(batch)
         rates = ratelimit.prune(batch=batch)
         backlog = max(pruned.values()) >= MAX_PRUNE_BATCHES * batch or marks >= MAX_MARK_BATCHES * batch

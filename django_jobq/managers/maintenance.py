@@ -17,6 +17,10 @@ from ..shards import database_of_job, databases_of_queue, on_shard
 from ..status import FINISHED, JobStatus
 from .base import BaseJobManager, retrying_conflicts
 
+# Dead versions of jobq_fair_key's rows at which the reaper vacuums it (vacuum_fair_keys): about 7
+# index pages read past by each fair claim's walk.
+FAIR_KEYS_VACUUM_AT = 1_000
+
 
 class MaintenanceManager(BaseJobManager):
     def reap(self) -> list[int]:
@@ -136,6 +140,21 @@ class MaintenanceManager(BaseJobManager):
             queues, priorities, keys = (list(column) for column in zip(*idle, strict=True))
             params = {"queues": queues, "priorities": priorities, "keys": keys}
             return self._rowcount(sql.FAIR_PRUNE, params)
+
+    def vacuum_fair_keys(self) -> bool:
+        """VACUUM jobq_fair_key once it holds FAIR_KEYS_VACUUM_AT dead row versions (and a tenth of its
+        live rows): each claim of a fair queue leaves one per key it moved on, and the claim's walk
+        of the keys reads past them until a vacuum (sql/postgres/fairness.py). Whether it ran; never
+        inside a transaction, where VACUUM cannot run."""
+        if not self._engine().capabilities.fair_queues or not self.connection.get_autocommit():
+            return False
+        sql = self._sql()
+        found = self._execute(sql.FAIR_KEYS_DEAD, {})
+        dead, live = found[0] if found else (0, 0)
+        if dead < max(FAIR_KEYS_VACUUM_AT, live // 10):
+            return False
+        self._execute(sql.VACUUM_FAIR_KEYS, {})
+        return True
 
     def prune_workers(self, older_than: float) -> int:
         """Forget workers not seen for ``older_than`` seconds."""

@@ -164,3 +164,18 @@ DELETE FROM jobq_fair_key AS f
 USING unnest(%(queues)s::text[], %(priorities)s::smallint[], %(keys)s::text[]) AS d(queue, priority, key)
 WHERE f.queue = d.queue AND f.priority = d.priority AND f.key = d.key AND {_IDLE}
 """
+
+# The reaper's vacuum of the key rows. Every claim of a fair queue writes a new version of each key
+# row it moved on (vtime is in jobq_fair_key_round, so never a HOT update) and leaves the old one's
+# index entry behind, below every live vtime: each claim's walk starts by reading past all of them
+# (about 7 index pages per 1,000 jobs claimed) until a vacuum removes them, and autovacuum visits a
+# table at most every autovacuum_naptime (a minute by default). FAIR_KEYS_DEAD reads the statistics
+# collector's count of dead versions (no lock, no row of the table read); past the manager's bound the
+# reaper runs VACUUM_FAIR_KEYS, outside any transaction. SKIP_LOCKED: a vacuum already running (or
+# a lock a migration holds) makes it skip the table, never wait. A vacuum takes SHARE UPDATE
+# EXCLUSIVE, which no claim, enqueue or prune conflicts with.
+FAIR_KEYS_DEAD = """
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables
+WHERE relid = 'jobq_fair_key'::regclass
+"""
+VACUUM_FAIR_KEYS = "VACUUM (SKIP_LOCKED) jobq_fair_key"

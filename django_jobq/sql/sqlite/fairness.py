@@ -112,3 +112,8 @@ WHERE (queue, priority, key) IN (
     FROM json_each(%(keys)s) AS k)
   AND {_IDLE}
 """
+
+# SQLite writes a row's new version in place: a claim leaves no dead version of a key row, so the
+# reaper has nothing to vacuum (FAIR_KEYS_DEAD: none; VACUUM_FAIR_KEYS is never run).
+FAIR_KEYS_DEAD = "SELECT 0, 0"
+VACUUM_FAIR_KEYS = "SELECT 0"
