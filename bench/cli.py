@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import common, report
+from bench import common, report, targets
 from bench.child import RESULT_MARK
 from bench.plan import GROUPS, Workload, workloads
 from bench.systems import SYSTEMS, System
@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 status[name]["skipped"] = f"schema install failed: {outcome['error']}"
                 _say(f"  {name}: {status[name]['skipped']}")
         active = [n for n in runnable if status[n]["skipped"] is None]
+        every = {x.key: x for x in workloads(sizes)}  # a paired workload may be outside the plan
         for w in plan:
             systems = [n for n in active if w.applies(SYSTEMS[n]) and _measures(SYSTEMS[n], w)]
             runs = min(sizes.runs, w.max_runs or sizes.runs)
@@ -210,20 +211,30 @@ def main(argv: list[str] | None = None) -> int:
                 order = systems[run % len(systems) :] + systems[: run % len(systems)] if systems else []
                 for name in order:
                     t0 = time.monotonic()
+                    url = common.database_url(databases[name])
+                    before = None
+                    if w.paired:
+                        paired = every[w.paired]
+                        before = runner.child(
+                            name, paired.op, url, paired.params, timeout=_timeout(paired, sizes)
+                        )
                     params = _sized(w, results.get(w.key, {}).get(name, []))
-                    outcome = runner.child(
-                        name, w.op, common.database_url(databases[name]), params, timeout=_timeout(w, sizes)
-                    )
+                    outcome = runner.child(name, w.op, url, params, timeout=_timeout(w, sizes))
+                    if before is not None:
+                        outcome = {**outcome, **_paired(before)}
                     results.setdefault(w.key, {}).setdefault(name, []).append(outcome)
                     took = time.monotonic() - t0
-                    _say(f"  {w.key:14} run {run + 1}/{runs} {name:14} {_brief(outcome)}  [{took:.1f}s]")
+                    also = f" ({w.paired} before it: {_brief(before)})" if before is not None else ""
+                    _say(
+                        f"  {w.key:14} run {run + 1}/{runs} {name:14} {_brief(outcome)}{also}  [{took:.1f}s]"
+                    )
     finally:
         for db in databases.values():
             common.drop_database(db)
 
     shown = [n for n in args.names if status[n]["skipped"] is None]
     table_rows = report.table(results, plan, sizes, shown)
-    checks = report.targets(results)
+    checks = targets.targets(results)
     doc = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -285,7 +296,7 @@ def text_report(doc: dict[str, Any], plan: list[Workload], shown: list[str], *, 
         "",
         f"{'#### ' if markdown else ''}Targets",
         "",
-        report.render_targets(doc["targets"], markdown=markdown),
+        targets.render_targets(doc["targets"], markdown=markdown),
     ]
     errors = [
         f"{bullet}{key} / {name}: {r['error']}"
@@ -297,6 +308,13 @@ def text_report(doc: dict[str, Any], plan: list[Workload], shown: list[str], *, 
     if errors:
         out += ["", "Errors:", *errors]
     return "\n".join(out)
+
+
+def _paired(before: dict[str, Any]) -> dict[str, Any]:
+    """What a run keeps of the paired workload's run just before it: its rate, or why there is none."""
+    if "error" in before or "rate" not in before:
+        return {"reference_error": before.get("error", "no rate")}
+    return {"reference_rate": before["rate"]}
 
 
 def _sized(w: Workload, earlier: list[dict[str, Any]]) -> dict[str, Any]:

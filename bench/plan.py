@@ -21,6 +21,10 @@ class Workload:
     applies: Callable[[type[System]], bool]
     skip_reason: str = ""  # why systems it does not apply to show "—"
     max_runs: int | None = None  # at most this many runs, whatever --runs says (None: --runs)
+    # A workload run just before each run of this one, on the same system and database: its rate is
+    # kept with the run (reference_rate), and the row is held against it, a figure of the same minute
+    # rather than the median of that workload's own runs, taken minutes apart.
+    paired: str | None = None
 
 
 def _queues(cls: type[System]) -> bool:
@@ -33,6 +37,9 @@ DJANGO_TASKS_COLUMN = "jobq_tasks"
 # W3's floor: plain psycopg's wake-up (bench.systems.psycopg_ceiling), the W3 column django-jobq's
 # latencies are held against.
 FLOOR = "psycopg"
+# The drain the flow-control, table-growth and fair-queue rows are held against, run before each of
+# their runs (Workload.paired): W2 c4's rate moves by a quarter from one minute to the next.
+PAIRED = "W2 c4"
 # W7 (many producers) is about NOTIFY's cost: django-jobq, plain INSERTs, and two peers that notify on
 # every insert.
 W7_SYSTEMS = ("jobq", "psycopg", "pgqueuer", "procrastinate")
@@ -144,6 +151,7 @@ def workloads(s: Sizes) -> list[Workload]:
             params={**drain, "concurrency": 4, "jobq": other_queues},
             applies=lambda cls: cls.name == "jobq",
             skip_reason="measures django-jobq's flow control",
+            paired=PAIRED,
         ),
         Workload(
             key="FC capped",
@@ -153,6 +161,7 @@ def workloads(s: Sizes) -> list[Workload]:
             params={**drain, "concurrency": 4, "jobq": {"QUEUES": {"default": {"MAX_RUNNING": 4}}}},
             applies=lambda cls: cls.name == "jobq",
             skip_reason="measures django-jobq's flow control",
+            paired=PAIRED,
         ),
         Workload(
             key="FC task capped",
@@ -162,6 +171,7 @@ def workloads(s: Sizes) -> list[Workload]:
             params={**drain, "kind": "noop_capped", "concurrency": 4},
             applies=lambda cls: cls.name == "jobq",
             skip_reason="measures django-jobq's flow control",
+            paired=PAIRED,
         ),
         Workload(
             key="W3",
@@ -198,6 +208,7 @@ def workloads(s: Sizes) -> list[Workload]:
             params={**drain, "concurrency": 4, "history": s.history_rows},
             applies=lambda cls: cls.name == "jobq",
             skip_reason="measures django-jobq's own table growth",
+            paired=PAIRED,
         ),
         Workload(
             key="W5 backlog",
@@ -207,6 +218,7 @@ def workloads(s: Sizes) -> list[Workload]:
             params={**drain, "concurrency": 4, "backlog": s.backlog_jobs},
             applies=lambda cls: cls.name == "jobq",
             skip_reason="measures django-jobq's own table growth",
+            paired=PAIRED,
         ),
         # Last of the drains: its load (about 2.6 GB at 10,000,000 rows) takes a minute or two, so
         # it runs once whatever --runs says.
@@ -219,6 +231,7 @@ def workloads(s: Sizes) -> list[Workload]:
             applies=lambda cls: cls.name == "jobq",
             skip_reason="measures django-jobq's own table growth",
             max_runs=1,
+            paired=PAIRED,
         ),
     ]
     for key, limiter, threads, keys, what in [
@@ -269,6 +282,7 @@ def workloads(s: Sizes) -> list[Workload]:
             params={**drain, "concurrency": 4, "fair_keys": s.fair_drain_keys, "jobq": FAIR},
             applies=lambda cls: cls.name == "jobq",
             skip_reason="measures django-jobq's fair queues",
+            paired=PAIRED,
         ),
         Workload(
             key="fair claim p99",

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from bench import memory, readme, report
+from bench import memory, readme, report, targets
 from bench.common import QUICK
 from bench.plan import workloads
 from bench.systems import PEERS, SYSTEMS, probe
@@ -51,7 +51,7 @@ def test_memory_rows_are_lower_is_better_and_held_against_no_reference():
 @pytest.mark.parametrize(("growth", "met"), [(3.0, True), (250.0, False)])
 def test_jobq_rss_growth_per_job_is_a_target_with_met_or_missed(growth, met):
     results = {"W2 c4": {"jobq": drain(1000, growth=growth)}}
-    checks = report.targets(results)
+    checks = targets.targets(results)
     check = next(c for c in checks if c["target"].startswith("jobq worker RSS growth"))
     assert check["value"] == growth and check["met"] is met
 
@@ -130,10 +130,36 @@ def test_a_rate_limited_drain_is_held_against_its_limit_with_its_claims_per_run(
         and "vs_reference" not in rows["RL drain task claims"]
     )
     assert "2.90 (2.90-2.90)" in report.render(list(rows.values()), ["jobq"], markdown=False)
-    checks = {c["target"]: c["met"] for c in report.targets(results) if c["target"].startswith("RL drain")}
+    checks = {c["target"]: c["met"] for c in targets.targets(results) if c["target"].startswith("RL drain")}
     assert checks == {
         "RL drain >= 0.95x its limit (200/s)": True,
         "RL drain claims <= 1.1 per run": True,
         "RL drain task >= 0.95x its limit (200/s)": False,
         "RL drain task claims <= 1.1 per run": False,
     }
+
+
+def test_a_paired_row_is_held_against_the_runs_made_just_before_its_own():
+    plan = [w for w in workloads(QUICK) if w.key in ("W2 c4", "fair drain")]
+    assert {w.key: w.paired for w in plan} == {"W2 c4": None, "fair drain": "W2 c4"}
+    results = {  # W2 c4's own runs, minutes apart, would make it 600 / 1,000 = 0.6x
+        "W2 c4": {"jobq": drain(1_000.0)},
+        "fair drain": {"jobq": [{"rate": 600.0, "reference_rate": 700.0}, {"rate": 640.0, "reference_rate": 700.0},
+                                {"rate": 660.0, "reference_rate": 720.0}]},
+    }  # fmt: skip
+    rows = {r["row"]: r for r in report.table(results, plan, QUICK, ["jobq"])}
+    assert rows["fair drain"]["reference"] == "django-jobq W2 c4 run before each run"
+    assert rows["fair drain"]["vs_reference"] == pytest.approx(640 / 700)
+    check = next(c for c in targets.targets(results) if c["target"].startswith("fair drain"))
+    assert check["value"] == pytest.approx(640 / 700) and check["met"] is True
+    line = targets.render_targets([check], markdown=False)
+    assert "django-jobq W2 c4 before each fair drain run 700/s" in line, line
+
+
+def test_results_without_paired_runs_leave_the_target_unmeasured():
+    results = {"W2 c4": {"jobq": drain(1_000.0)}, "fair drain": {"jobq": [{"rate": 600.0}]}}
+    plan = [w for w in workloads(QUICK) if w.key in ("W2 c4", "fair drain")]
+    rows = {r["row"]: r for r in report.table(results, plan, QUICK, ["jobq"])}
+    assert rows["fair drain"]["reference"] == "django-jobq W2 c4"  # an older file: W2 c4's own runs
+    check = next(c for c in targets.targets(results) if c["target"].startswith("fair drain"))
+    assert check["met"] is None
