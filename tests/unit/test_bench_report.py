@@ -163,3 +163,10 @@ def test_results_without_paired_runs_leave_the_target_unmeasured():
     assert rows["fair drain"]["reference"] == "django-jobq W2 c4"  # an older file: W2 c4's own runs
     check = next(c for c in targets.targets(results) if c["target"].startswith("fair drain"))
     assert check["met"] is None
+
+
+def test_the_fair_claims_latency_target_reads_in_milliseconds():
+    results = {"fair claim p99": {"jobq": [{"p99_25k": 2.5, "p99_1M": 5.1}]}}
+    check = next(c for c in targets.targets(results) if c["target"].startswith("fair claim p99"))
+    line = targets.render_targets([check], markdown=False)
+    assert "p99_1M 5.1 ms / django-jobq fair claim p99 p99_25k 2.5 ms" in line, line
