@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,9 @@ from .base import BaseJobManager, retrying_conflicts
 # Dead versions of jobq_fair_key's rows at which the reaper vacuums it (vacuum_fair_keys): about 7
 # index pages read past by each fair claim's walk.
 FAIR_KEYS_VACUUM_AT = 1_000
+# The databases whose jobq_fair_key this process found it may not vacuum, and said so.
+_WARNED_CANNOT_VACUUM: set[str] = set()
+logger = logging.getLogger("django_jobq")
 
 
 class MaintenanceManager(BaseJobManager):
@@ -150,11 +154,26 @@ class MaintenanceManager(BaseJobManager):
             return False
         sql = self._sql()
         found = self._execute(sql.FAIR_KEYS_DEAD, {})
-        dead, live = found[0] if found else (0, 0)
+        dead, live, may_vacuum = found[0] if found else (0, 0, True)
         if dead < max(FAIR_KEYS_VACUUM_AT, live // 10):
+            return False
+        if not may_vacuum:
+            self._say_once_cannot_vacuum()
             return False
         self._execute(sql.VACUUM_FAIR_KEYS, {})
         return True
+
+    def _say_once_cannot_vacuum(self) -> None:
+        """A warning, once per process and database, that this user may not vacuum jobq_fair_key."""
+        alias = self.connection.alias
+        if alias in _WARNED_CANNOT_VACUUM:
+            return
+        _WARNED_CANNOT_VACUUM.add(alias)
+        logger.warning(
+            "database %r: this user may not VACUUM jobq_fair_key (it needs the table's owner's rights); "
+            "its dead row versions are left to autovacuum, and fair claims read past them until then",
+            alias,
+        )
 
     def prune_workers(self, older_than: float) -> int:
         """Forget workers not seen for ``older_than`` seconds."""

@@ -8,6 +8,7 @@ import time
 import pytest
 from django.db import connection, transaction
 
+from django_jobq.managers import maintenance
 from django_jobq.managers.maintenance import FAIR_KEYS_VACUUM_AT
 from django_jobq.models import Job
 from django_jobq.reaper import Reaper
@@ -98,3 +99,39 @@ def test_no_vacuum_is_tried_inside_a_transaction(fair):
     with transaction.atomic():  # VACUUM cannot run here: skipped, not an error
         assert Job.objects.vacuum_fair_keys() is False
     assert Job.objects.vacuum_fair_keys() is True
+
+
+@pytest.fixture
+def not_the_owner():
+    """A role that does not own jobq_fair_key, for SET ROLE; no warning said yet in this process."""
+    maintenance._WARNED_CANNOT_VACUUM.discard(connection.alias)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP ROLE IF EXISTS jobq_not_owner")
+        cursor.execute("CREATE ROLE jobq_not_owner")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("RESET ROLE")
+        cursor.execute("DROP ROLE jobq_not_owner")
+
+
+def test_a_user_that_may_not_vacuum_the_key_rows_says_so_once_and_tries_no_vacuum(
+    fair, caplog, not_the_owner
+):
+    for key in range(200):
+        backlog(f"tenant-{key}", 7)
+    claim_jobs(1_200)
+    dead = settled_dead_versions(lambda n: n >= FAIR_KEYS_VACUUM_AT)
+    assert dead >= FAIR_KEYS_VACUUM_AT
+    with connection.cursor() as cursor:
+        cursor.execute("SET ROLE jobq_not_owner")
+
+    with caplog.at_level("WARNING", logger="django_jobq"):
+        assert Job.objects.vacuum_fair_keys() is False
+        assert Job.objects.vacuum_fair_keys() is False
+    said = [r.getMessage() for r in caplog.records if "may not VACUUM jobq_fair_key" in r.getMessage()]
+    assert len(said) == 1, said
+
+    with connection.cursor() as cursor:
+        cursor.execute("RESET ROLE")
+    assert dead_versions() >= FAIR_KEYS_VACUUM_AT  # nothing was vacuumed
+    assert Job.objects.vacuum_fair_keys() is True  # the owner may

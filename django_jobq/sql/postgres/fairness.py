@@ -173,9 +173,18 @@ WHERE f.queue = d.queue AND f.priority = d.priority AND f.key = d.key AND {_IDLE
 # collector's count of dead versions (no lock, no row of the table read); past the manager's bound the
 # reaper runs VACUUM_FAIR_KEYS, outside any transaction. SKIP_LOCKED: a vacuum already running (or
 # a lock a migration holds) makes it skip the table, never wait. A vacuum takes SHARE UPDATE
-# EXCLUSIVE, which no claim, enqueue or prune conflicts with.
+# EXCLUSIVE, which no claim, enqueue or prune conflicts with. Its third column says whether this user
+# may vacuum the table at all (its owner's rights, the database owner's, a superuser's, or from
+# PostgreSQL 17 the MAINTAIN privilege; a CASE, so older servers never evaluate that privilege's
+# name): a VACUUM it may not run is no error, only a warning in the server's log on every pass.
 FAIR_KEYS_DEAD = """
-SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables
-WHERE relid = 'jobq_fair_key'::regclass
+SELECT coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0),
+       pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE')
+       OR CASE WHEN current_setting('server_version_num')::int >= 170000
+               THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
+FROM pg_class AS c
+JOIN pg_database AS d ON d.datname = current_database()
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = 'jobq_fair_key'::regclass
 """
 VACUUM_FAIR_KEYS = "VACUUM (SKIP_LOCKED) jobq_fair_key"

@@ -3,11 +3,9 @@ snoozed; orphans of a lost claim reply), and the backlog probe a slot asks befor
 through an in-slot retry. Fenced like every transition out of RUNNING (sql/postgres/jobs.py has the
 rules)."""
 
-from .jobs import _ASKED, _J_OWNED_IDS, _OWNED, _wake_waiters
+from .jobs import _ASKED, _J_ASKED, _J_OWNED_IDS, _OWNED, _wake_waiters
 from .pick import _REST
 from .terms import CANCELLED, NOW, PENDING, RUNNING, wake
-
-_J_ASKED = "j.cancel_requested_at IS NOT NULL"  # a cancel was asked: the job ends CANCELLED (jobs.py)
 
 # release_unstarted: jobs a worker claimed ahead and never started (it is stopping, they wait behind
 # long runs, or their lease may have run out) go back to PENDING at once, keeping their run_at (their

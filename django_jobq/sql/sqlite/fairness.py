@@ -115,5 +115,5 @@ WHERE (queue, priority, key) IN (
 
 # SQLite writes a row's new version in place: a claim leaves no dead version of a key row, so the
 # reaper has nothing to vacuum (FAIR_KEYS_DEAD: none; VACUUM_FAIR_KEYS is never run).
-FAIR_KEYS_DEAD = "SELECT 0, 0"
+FAIR_KEYS_DEAD = "SELECT 0, 0, 1"
 VACUUM_FAIR_KEYS = "SELECT 0"
