@@ -213,10 +213,18 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.monotonic()
                     url = common.database_url(databases[name])
                     before = None
-                    if w.paired:
+                    if (on := w.paired_system(name)) and w.paired:
                         paired = every[w.paired]
-                        before = runner.child(
-                            name, paired.op, url, paired.params, timeout=_timeout(paired, sizes)
+                        before = (
+                            runner.child(
+                                on,
+                                paired.op,
+                                common.database_url(databases[on]),
+                                paired.params,
+                                timeout=_timeout(paired, sizes),
+                            )
+                            if on in active
+                            else {"error": f"{on} is not measured in this run"}
                         )
                     params = _sized(w, results.get(w.key, {}).get(name, []))
                     outcome = runner.child(name, w.op, url, params, timeout=_timeout(w, sizes))

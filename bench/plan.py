@@ -25,6 +25,15 @@ class Workload:
     # kept with the run (reference_rate), and the row is held against it, a figure of the same minute
     # rather than the median of that workload's own runs, taken minutes apart.
     paired: str | None = None
+    # Which system's run of ``paired`` precedes each system's run, when not its own: only the systems
+    # named here are paired (PAIRED_ON).
+    paired_on: dict[str, str] | None = None
+
+    def paired_system(self, system: str) -> str | None:
+        """The system whose run of ``paired`` precedes ``system``'s each run; None: not paired."""
+        if self.paired is None:
+            return None
+        return system if self.paired_on is None else self.paired_on.get(system)
 
 
 def _queues(cls: type[System]) -> bool:
@@ -40,6 +49,9 @@ FLOOR = "psycopg"
 # The drain the flow-control, table-growth and fair-queue rows are held against, run before each of
 # their runs (Workload.paired): W2 c4's rate moves by a quarter from one minute to the next.
 PAIRED = "W2 c4"
+# Rows of another system held against django-jobq's own run of the same minute: Django's Tasks API's W2
+# c4 is run just after a native W2 c4, and held against it.
+PAIRED_ON = {DJANGO_TASKS_COLUMN: "jobq"}
 # W7 (many producers) is about NOTIFY's cost: django-jobq, plain INSERTs, and two peers that notify on
 # every insert.
 W7_SYSTEMS = ("jobq", "psycopg", "pgqueuer", "procrastinate")
@@ -139,6 +151,8 @@ def workloads(s: Sizes) -> list[Workload]:
                 applies=lambda cls, c=concurrency: (
                     _queues(cls) or (cls.name == DJANGO_TASKS_COLUMN and c == 4)
                 ),
+                paired=PAIRED if concurrency == 4 else None,
+                paired_on=PAIRED_ON,
             )
         )
     other_queues = {"QUEUES": {"mail": {"MAX_RUNNING": 2, "RATE_LIMIT": "10/s"}, "bulk": {"MAX_DEPTH": 1000}}}

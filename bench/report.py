@@ -109,7 +109,8 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], plan: list[Worklo
         reference = _reference(row, results, sizes)
         if jobq and reference:
             label, value = reference
-            entry["vs_reference"], entry["reference"] = jobq / value, label
+            paired = paired_ratio(results, row.workload, JOBQ) if row.field == "rate" else None
+            entry["vs_reference"], entry["reference"] = paired or jobq / value, label
         out.append(entry)
     return out
 
@@ -134,6 +135,14 @@ def median_of(results: dict[str, Any], workload: str, system: str, field: str = 
     return c["median"] if c and "median" in c else None
 
 
+def paired_ratio(results: dict[str, Any], workload: str, system: str) -> float | None:
+    """The median over ``system``'s runs of ``workload`` of each run's rate / the rate of the paired run
+    just before it (REFERENCE_RATE): a paired figure, so each ratio is of one minute's two runs."""
+    runs = results.get(workload, {}).get(system) or []
+    ratios = [r["rate"] / r[REFERENCE_RATE] for r in runs if r.get(REFERENCE_RATE) and "rate" in r]
+    return summary(ratios)["median"] if ratios else None
+
+
 def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, float] | None:
     """What django-jobq's figure is compared with besides the peers: the plain-psycopg ceiling, W2 for
     W5, and the ideal rate for W6."""
@@ -141,7 +150,7 @@ def _reference(row: Row, results: dict[str, Any], sizes: Sizes) -> tuple[str, fl
     if row.field in MEMORY_FIELDS:
         return None
     if row.field == "rate" and (paired := median_of(results, w, JOBQ, REFERENCE_RATE)):
-        return (f"django-jobq {PAIRED} run before each run", paired)
+        return (f"django-jobq {PAIRED} run before each run, the median of each pair's ratio", paired)
     if w == "W1 single":
         value = median_of(results, w, CEILING)
         return ("plain psycopg INSERT", value) if value else None
