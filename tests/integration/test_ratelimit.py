@@ -1,7 +1,8 @@
 """Rate limits in PostgreSQL: parallel acquires (threads and processes) never pass more than the limit,
 keys never share a count, buckets refill and windows slide on the database clock, the state outlives a
-process, an unreachable database fails closed (or open, when asked), and a permit outlives the caller's
-transaction.
+process, a permit outlives the caller's transaction, bad input is refused and idle keys are pruned.
+When the database cannot answer: test_ratelimit_unavailable.py; waiting for a permit:
+test_ratelimit_waiting.py.
 
 Every limiter commits on its own connection, outside the test's transaction: each test uses fresh keys.
 """
@@ -9,39 +10,23 @@ Every limiter commits on its own connection, outside the test's transaction: eac
 import asyncio
 import datetime as dt
 import json
-import logging
 import subprocess
 import threading
-import time
 import uuid
 
-import psycopg
 import pytest
 import time_machine
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_jobq import InvalidJob, RateLimitUnavailable, autocommit, ratelimit
+from django_jobq import InvalidJob, autocommit, ratelimit
 from django_jobq.models import RateBucket, RateWindow
-from django_jobq.notify.listener import connection_params
 from django_jobq.ratelimit import SlidingWindow, TokenBucket, prune
 from django_jobq.sql.postgres.ratelimit import REST_STEP_SECONDS
-from tests.conftest import plan_nodes, run_module, wait_until
+from tests.conftest import plan_nodes, run_module
+from tests.ratelimits import SLOW, T0, fresh, limiter
 
 pytestmark = [pytest.mark.integration, pytest.mark.p0, pytest.mark.django_db]
-
-T0 = dt.datetime(2026, 4, 1, 9, 0, tzinfo=dt.UTC)
-SLOW = 3600  # seconds per token: nothing refills while a test runs
-
-
-def fresh(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex}"
-
-
-def limiter(kind: str, key: str, limit: int) -> TokenBucket | SlidingWindow:
-    if kind == "bucket":
-        return TokenBucket(key, rate=1, per=SLOW, burst=limit)
-    return SlidingWindow(key, limit=limit, window=SLOW)
 
 
 def race(limiters: list, calls_each: int) -> list[list[bool]]:
@@ -239,201 +224,6 @@ def test_the_callers_open_transaction_holds_no_lock_on_the_key():
         thread.start()
         thread.join(timeout=10)  # while this transaction is still open
         assert other == [True]
-
-
-# -- the database cannot be reached --------------------------------------------------------------------
-@pytest.fixture
-def database_down(monkeypatch):
-    """New rate-limit connections go to a closed port (the server itself keeps running)."""
-    real = autocommit.connection_params
-    monkeypatch.setattr(autocommit, "connection_params", lambda alias: {**real(alias), "port": 1})
-    autocommit.close_all()
-    yield
-    autocommit.close_all()
-
-
-@pytest.mark.parametrize("kind", ["bucket", "window"])
-def test_an_unreachable_database_fails_closed(kind, database_down):
-    with pytest.raises(RateLimitUnavailable, match="database unavailable"):
-        limiter(kind, fresh(kind), 10).acquire()
-
-
-@pytest.mark.parametrize("kind", ["bucket", "window"])
-def test_fail_open_lets_the_call_pass_and_logs_a_warning(kind, database_down, caplog):
-    key = fresh(kind)
-    limit = (
-        TokenBucket(key, 1, SLOW, 1, fail_open=True)
-        if kind == "bucket"
-        else SlidingWindow(key, 1, SLOW, fail_open=True)
-    )
-    with caplog.at_level(logging.WARNING, logger="django_jobq"):
-        assert [limit.acquire(), limit.acquire()] == [True, True]
-    assert [r.levelname for r in caplog.records if key in r.getMessage()] == ["WARNING", "WARNING"]
-
-
-def test_a_session_ended_mid_statement_fails_closed_once_then_a_new_one_is_used():
-    """A session that ends while idle is replaced before use (tests/integration/test_autocommit.py);
-    one that ends during the statement fails the call."""
-    bucket = TokenBucket(fresh("terminated"), rate=1, per=SLOW, burst=5)
-    assert bucket.acquire() is True
-    failed: list[BaseException] = []
-
-    def blocked() -> None:
-        try:
-            bucket.acquire()
-        except BaseException as exc:
-            failed.append(exc)
-
-    params = connection_params("default")
-    with psycopg.connect(**params) as holder, psycopg.connect(**params, autocommit=True) as watcher:
-        holder.execute("SELECT 1 FROM jobq_rate_bucket WHERE key = %s FOR UPDATE", [bucket.key])  # held
-        thread = threading.Thread(target=blocked)
-        thread.start()
-        [pid] = wait_until(lambda: _waiting_on_a_lock(watcher), timeout=10, message="the acquire to wait")
-        watcher.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
-        thread.join(timeout=10)
-        holder.rollback()
-    # The statement may or may not have run before the session ended: no retry, so never a permit twice.
-    assert [type(exc) for exc in failed] == [RateLimitUnavailable]
-    assert bucket.acquire() is True
-
-
-def _waiting_on_a_lock(conn) -> list[int]:
-    rows = conn.execute(
-        "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-autocommit'"
-        " AND datname = current_database() AND wait_event_type = 'Lock'"
-    ).fetchall()
-    return [pid for (pid,) in rows]
-
-
-def test_a_key_locked_past_lock_timeout_is_unavailable(settings):
-    settings.JOBQ = {**settings.JOBQ, "LOCK_TIMEOUT": 0.2}
-    autocommit.close_all()  # new sessions take the new timeout
-    key = fresh("locked")
-    assert TokenBucket(key, 1, SLOW, 5).acquire() is True
-    with connection.cursor() as cursor:  # the test's open transaction holds the key's row
-        cursor.execute("SELECT 1 FROM jobq_rate_bucket WHERE key = %s FOR UPDATE", [key])
-    with pytest.raises(RateLimitUnavailable, match="lock timeout"):
-        TokenBucket(key, 1, SLOW, 5).acquire()
-    assert TokenBucket(key, 1, SLOW, 5, fail_open=True).acquire() is True
-    autocommit.close_all()
-
-
-def test_programming_errors_are_not_mistaken_for_an_unreachable_database(monkeypatch):
-    bucket = TokenBucket(fresh("broken-sql"), 1, SLOW, 1, fail_open=True)
-    monkeypatch.setattr(TokenBucket, "_sql", "SELECT * FROM jobq_rate_no_such_table")
-    with pytest.raises(psycopg.errors.UndefinedTable):
-        bucket.acquire()
-
-
-# -- waiting --------------------------------------------------------------------------------------------
-@pytest.fixture
-def sleeps(monkeypatch):
-    """The durations acquire(wait=...) sleeps, slept for real."""
-    slept: list[float] = []
-    real_sleep = ratelimit.time.sleep
-    monkeypatch.setattr(ratelimit.time, "sleep", lambda s: (slept.append(s), real_sleep(s)))
-    return slept
-
-
-def test_acquire_with_wait_returns_true_after_one_sleep_until_the_refill(python_clock, monkeypatch):
-    slept: list[float] = []
-    with time_machine.travel(T0, tick=False) as clock:  # the clock moves only by what acquire sleeps
-        monkeypatch.setattr(ratelimit.time, "sleep", lambda s: (slept.append(s), clock.shift(s)))
-        bucket = TokenBucket(fresh("wait"), rate=20, per=1, burst=1)
-        assert [bucket.acquire(), bucket.acquire()] == [True, False]
-        assert bucket.acquire(wait=0.5) is True
-        assert len(slept) == 1 and 0 < slept[0] <= 1 / 20  # as long as the database said, once
-        window = SlidingWindow(fresh("wait"), limit=2, window=0.1)
-        assert [window.acquire(2), window.acquire(wait=0.5)] == [True, True]
-        assert len(slept) == 2 and 0 < slept[1] <= 0.1
-
-
-def test_acquire_with_wait_gives_up_at_once_when_the_permit_comes_too_late(sleeps):
-    bucket = TokenBucket(fresh("late"), rate=1, per=SLOW, burst=1)
-    assert [bucket.acquire(), bucket.acquire(wait=0.3)] == [True, False]
-    window = SlidingWindow(fresh("late"), limit=1, window=SLOW)
-    assert [window.acquire(), window.acquire(wait=dt.timedelta(seconds=0.3))] == [True, False]
-    assert sleeps == []
-
-
-def test_waiting_callers_reserve_permits_in_turn_and_others_cannot_take_them(python_clock, monkeypatch):
-    slept: list[float] = []
-    monkeypatch.setattr(ratelimit.time, "sleep", slept.append)  # the clock stands still: no real sleep
-    with time_machine.travel(T0, tick=False) as clock:
-        bucket = TokenBucket(fresh("reserve"), rate=1, per=10, burst=1)
-        window = SlidingWindow(fresh("reserve"), limit=2, window=10)
-        assert bucket.acquire() and window.acquire(2)  # t=0: both empty
-        assert [bucket.acquire(wait=25), bucket.acquire(wait=25), bucket.acquire(wait=25)] == [
-            True,
-            True,
-            False,
-        ]
-        assert [window.acquire(wait=15), window.acquire(wait=15), window.acquire(wait=15)] == [
-            True,
-            True,
-            False,
-        ]
-        assert slept == [10.0, 20.0, 10.0, 10.0]  # the bucket's t=10 and t=20, the window's t=10 twice
-        clock.shift(15)
-        assert [bucket.acquire(), window.acquire()] == [False, False]  # t=15: spent by the reservations
-        clock.shift(15)
-        assert [bucket.acquire(), bucket.acquire()] == [True, False]  # t=30
-        assert [window.acquire(2), window.acquire()] == [True, False]  # t=30: those of t=10 left
-
-
-def test_many_waiting_threads_each_make_one_statement_and_all_get_a_permit(monkeypatch):
-    monkeypatch.setattr(autocommit, "POOL_SIZE", 16)
-    bucket = TokenBucket(fresh("herd"), rate=50, per=1, burst=1)  # 10 permits take 0.2 s to come
-    statements: list[int] = []
-    reserve = bucket._reserve
-    monkeypatch.setattr(bucket, "_reserve", lambda n, ahead: (statements.append(n), reserve(n, ahead))[1])
-    barrier = threading.Barrier(10)
-    granted: list[bool] = []
-    granted_at: list[float] = []
-
-    def call() -> None:
-        barrier.wait()
-        granted.append(bucket.acquire(wait=5))
-        granted_at.append(time.monotonic())
-
-    threads = [threading.Thread(target=call) for _ in range(10)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert granted == [True] * 10
-    assert len(statements) == 10  # no polling: a waiter sleeps once, until its reserved permit
-    # Nothing was handed out ahead of its refill: one permit in the bucket, nine more at 50 a second
-    # take 0.18 s at least (a bound a slow machine can only exceed).
-    assert max(granted_at) - min(granted_at) >= 9 / 50 - 0.02
-
-
-def test_aacquire_takes_permits_and_waits_without_blocking_the_event_loop():
-    bucket = TokenBucket(fresh("async"), rate=2, per=1, burst=1)  # the next permit comes 0.5 s later
-
-    async def main() -> tuple[bool, bool, bool, int]:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.001)
-                ticks += 1
-
-        tick = asyncio.create_task(ticker())
-        started = time.monotonic()
-        first, second = await bucket.aacquire(), await bucket.aacquire()
-        second_after = time.monotonic() - started
-        third = await bucket.aacquire(wait=5)
-        tick.cancel()
-        return first, second and second_after < 0.5, third, ticks
-
-    first, granted_early, third, ticks = asyncio.run(main())
-    # The second permit, asked for at once, is refused (unless a slow machine took the 0.5 s it needs
-    # to refill); the third waits for it.
-    assert (first, granted_early, third) == (True, False, True)
-    assert ticks > 0  # the loop kept running while aacquire waited
 
 
 # -- input ----------------------------------------------------------------------------------------------
